@@ -1,0 +1,33 @@
+# `make test` and `make demo` set everything up from a clean clone.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install lint types imports test unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+types: install
+	$(BIN)/mypy
+
+imports: install
+	$(BIN)/lint-imports
+
+test: lint types imports
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python bench/apiserver.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

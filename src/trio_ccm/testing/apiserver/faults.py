@@ -1,0 +1,122 @@
+"""Fault injection: latency, error responses, conflicts, refused connections.
+
+Rules match requests by verb, resource (optionally `resource/subresource`), namespace and
+name; each fires with a probability and, optionally, a limited number of times. Randomness
+comes from an injected `random.Random`, so a seeded run is reproducible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import trio
+
+FaultAction = Literal["error", "latency", "conflict", "disconnect"]
+
+
+@dataclass
+class FaultRule:
+    action: FaultAction
+    verb: str | None = None
+    resource: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    probability: float = 1.0
+    count: int | None = None
+    code: int = 500
+    retry_after_s: int | None = None
+    message: str | None = None
+    delay_s: float = 0.0
+    id: int = 0
+    fired: int = 0
+
+    def matches(
+        self, verb: str, resource: str, subresource: str, namespace: str, name: str
+    ) -> bool:
+        if self.count is not None and self.count <= 0:
+            return False
+        if self.verb is not None and self.verb != verb:
+            return False
+        if self.resource is not None:
+            combined = f"{resource}/{subresource}" if subresource else resource
+            if self.resource not in (resource, combined):
+                return False
+        if self.namespace is not None and self.namespace != namespace:
+            return False
+        return self.name is None or self.name == name
+
+    def describe(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+_FIELDS = set(FaultRule.__dataclass_fields__) - {"id", "fired"}
+
+
+class Faults:
+    """The set of active fault rules, plus outages and watch drops."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self.rng = rng or random.Random()  # noqa: S311 - fault dice, not secrets
+        self.rules: list[FaultRule] = []
+        self._ids = itertools.count(1)
+        self.refuse_until = float("-inf")
+        # Set (and replaced) whenever an outage starts, so listeners can react.
+        self.outage_started = trio.Event()
+
+    def add(self, action: FaultAction, **options: Any) -> FaultRule:
+        unknown = set(options) - _FIELDS
+        if unknown:
+            raise ValueError(f"unknown fault option(s): {', '.join(sorted(unknown))}")
+        if action not in ("error", "latency", "conflict", "disconnect"):
+            raise ValueError(
+                f"unknown fault action {action!r}: use error, latency, conflict or disconnect"
+            )
+        rule = FaultRule(action=action, id=next(self._ids), **options)
+        if not 0.0 <= rule.probability <= 1.0:
+            raise ValueError("probability must be between 0 and 1")
+        self.rules.append(rule)
+        return rule
+
+    def inject_error(self, code: int = 500, **options: Any) -> FaultRule:
+        return self.add("error", code=code, **options)
+
+    def inject_latency(self, delay_s: float, **options: Any) -> FaultRule:
+        return self.add("latency", delay_s=delay_s, **options)
+
+    def inject_conflict(self, **options: Any) -> FaultRule:
+        return self.add("conflict", **options)
+
+    def remove(self, rule_id: int) -> None:
+        self.rules = [r for r in self.rules if r.id != rule_id]
+
+    def clear(self) -> None:
+        self.rules.clear()
+        self.refuse_until = float("-inf")
+
+    def refuse_connections(self, duration_s: float) -> None:
+        """Refuse new connections (in-process: ConnectError) for `duration_s` seconds."""
+        self.refuse_until = trio.current_time() + duration_s
+        self.outage_started.set()
+        self.outage_started = trio.Event()
+
+    def refusing(self) -> bool:
+        return trio.current_time() < self.refuse_until
+
+    def pick(
+        self, verb: str, resource: str, subresource: str, namespace: str, name: str
+    ) -> list[FaultRule]:
+        """The rules that fire for this request (each consumes one of its count)."""
+        fired: list[FaultRule] = []
+        for rule in self.rules:
+            if not rule.matches(verb, resource, subresource, namespace, name):
+                continue
+            if rule.probability < 1.0 and self.rng.random() >= rule.probability:
+                continue
+            if rule.count is not None:
+                rule.count -= 1
+            rule.fired += 1
+            fired.append(rule)
+        return fired

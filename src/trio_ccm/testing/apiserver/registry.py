@@ -1,0 +1,499 @@
+"""Create, update, patch and delete with upstream's generic-registry semantics.
+
+What is the same for every kind lives here (metadata rules, optimistic concurrency,
+preconditions, finalizers and graceful deletion, status subresources, generation, no-op
+updates, dry runs); what differs lives in each kind's strategy (`kinds.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from trio_ccm.testing.apiserver import errors
+from trio_ccm.testing.apiserver import fielderrors as fe
+from trio_ccm.testing.apiserver import patch as patches
+from trio_ccm.testing.apiserver.errors import ApiError
+from trio_ccm.testing.apiserver.fielderrors import FieldError
+from trio_ccm.testing.apiserver.kinds import ResourceType
+from trio_ccm.testing.apiserver.store import (
+    Obj,
+    Preconditions,
+    Store,
+    Stored,
+    clone,
+    finalizer_errors,
+    format_time,
+    name_required,
+)
+
+PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)
+
+TokenIssuer = Callable[[str, str], str]  # (namespace, service account) -> token
+
+
+def _mask_trailing_dash(prefix: str) -> str:
+    return prefix[:-1] + "a" if len(prefix) > 1 and prefix.endswith("-") else prefix
+
+
+def validate_metadata(rtype: ResourceType, obj: Obj) -> list[FieldError]:
+    """Upstream's ValidateObjectMeta, with the kind's name rule."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return [fe.required("metadata")]
+    errs: list[FieldError] = []
+    name = meta.get("name", "")
+    if not name:
+        if meta.get("generateName"):
+            prefix = _mask_trailing_dash(meta["generateName"])
+            errs += [
+                fe.invalid("metadata.generateName", meta["generateName"], m)
+                for m in rtype.strategy.name_validator(prefix)
+            ]
+        else:
+            errs.append(name_required())
+    elif not isinstance(name, str):
+        errs.append(fe.invalid("metadata.name", name, "must be a string"))
+    else:
+        errs += [fe.invalid("metadata.name", name, m) for m in rtype.strategy.name_validator(name)]
+    namespace = meta.get("namespace", "")
+    if rtype.namespaced:
+        if not namespace:
+            errs.append(fe.required("metadata.namespace"))
+        else:
+            errs += [
+                fe.invalid("metadata.namespace", namespace, m)
+                for m in fe.is_dns1123_label(namespace)
+            ]
+    elif namespace:
+        errs.append(fe.forbidden("metadata.namespace", "not allowed on this type"))
+    errs += fe.validate_labels(meta.get("labels") or {}, "metadata.labels")
+    errs += fe.validate_annotations(meta.get("annotations") or {}, "metadata.annotations")
+    errs += fe.validate_finalizers(meta.get("finalizers") or [], "metadata.finalizers")
+    controllers = 0
+    for i, ref in enumerate(meta.get("ownerReferences") or []):
+        path = f"metadata.ownerReferences[{i}]"
+        if not isinstance(ref, dict):
+            errs.append(fe.invalid(path, ref, "must be an object"))
+            continue
+        for attr in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(attr):
+                errs.append(fe.required(f"{path}.{attr}", f"{attr} must not be empty"))
+        controllers += 1 if ref.get("controller") else 0
+    if controllers > 1:
+        errs.append(
+            fe.invalid(
+                "metadata.ownerReferences",
+                meta.get("ownerReferences"),
+                "Only one reference can have Controller set to true",
+            )
+        )
+    return errs
+
+
+def _status_kind(rtype: ResourceType) -> str:
+    return rtype.kind
+
+
+class Registry:
+    """The write path for stored kinds."""
+
+    def __init__(self, store: Store, *, token_issuer: TokenIssuer | None = None) -> None:
+        self.store = store
+        self.token_issuer = token_issuer
+
+    # -- representation ---------------------------------------------------------------
+    def internal(self, rtype: ResourceType, body: Obj) -> Obj:
+        return rtype.from_external(body) if rtype.from_external else body
+
+    def external(self, rtype: ResourceType, obj: Obj) -> Obj:
+        return rtype.to_external(obj) if rtype.to_external else obj
+
+    def stored_type(self, rtype: ResourceType) -> ResourceType:
+        """The type whose storage (and kind/apiVersion) objects are kept in."""
+        return self.store.types.get(rtype.storage_name, rtype)
+
+    def _check_type(self, rtype: ResourceType, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request(
+                f"the object provided is unrecognized or malformed: expected a JSON object "
+                f"for {rtype.kind}"
+            )
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        if api_version and api_version != rtype.api_version:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({rtype.api_version})"
+            )
+        if kind and kind != rtype.kind:
+            raise errors.bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({rtype.kind})"
+            )
+        body.setdefault("metadata", {})
+        if not isinstance(body["metadata"], dict):
+            raise errors.bad_request("metadata must be a JSON object")
+        return body
+
+    def _invalid(self, rtype: ResourceType, name: str, errs: list[FieldError]) -> ApiError:
+        return errors.invalid(rtype.kind, rtype.group, name, errs)
+
+    def _check_namespace(self, rtype: ResourceType, namespace: str) -> None:
+        if not rtype.namespaced:
+            return
+        ns_type = self.store.types["/v1/namespaces"]
+        found = self.store.lookup(ns_type, "", namespace)
+        if found is None:
+            raise errors.not_found("namespaces", "", namespace)
+        if found.obj["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{rtype.plural} "{namespace}" is forbidden: unable to create new content in '
+                f"namespace {namespace} because it is being terminated",
+                details={
+                    "name": namespace,
+                    "kind": rtype.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+
+    # -- create -----------------------------------------------------------------------
+    def create(
+        self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+    ) -> Obj:
+        body = self._check_type(rtype, body)
+        obj = self.internal(rtype, clone(body))
+        stype = self.stored_type(rtype)
+        meta = obj["metadata"]
+        if rtype.namespaced:
+            body_ns = meta.get("namespace", "")
+            if body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request"
+                )
+            meta["namespace"] = namespace
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = self.store.generate_name(meta["generateName"])
+        obj["kind"], obj["apiVersion"] = stype.kind, stype.api_version
+        strategy = rtype.strategy
+        for attr in (
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "managedFields",
+        ):
+            meta.pop(attr, None)
+        meta["uid"] = self.store.new_uid()
+        meta["creationTimestamp"] = format_time(self.store.now())
+        if strategy.track_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        if strategy.reset_status_on_create:
+            obj.pop("status", None)
+        strategy.prepare_create(obj)
+        strategy.defaults(obj)
+        self._mint_token(rtype, obj)
+        errs = validate_metadata(rtype, obj) + strategy.validate(obj)
+        name = meta.get("name", "")
+        if errs:
+            raise self._invalid(rtype, name, errs)
+        self._check_namespace(rtype, namespace)
+        if self.store.lookup(stype, namespace if rtype.namespaced else "", name) is not None:
+            raise errors.already_exists(rtype.plural, rtype.group, name)
+        errs = strategy.allocate(obj, None)
+        if errs:
+            raise self._invalid(rtype, name, errs)
+        if dry_run:
+            strategy.release(obj)
+            obj["metadata"]["resourceVersion"] = ""
+            return obj
+        return self.store.commit(stype, "ADDED", obj, None).obj
+
+    def _mint_token(self, rtype: ResourceType, obj: Obj) -> None:
+        """The token controller's job: fill service-account-token Secrets."""
+        if rtype.kind != "Secret" or obj.get("type") != "kubernetes.io/service-account-token":
+            return
+        account = (obj["metadata"].get("annotations") or {}).get(
+            "kubernetes.io/service-account.name", ""
+        )
+        if not account or self.token_issuer is None:
+            return
+        namespace = obj["metadata"].get("namespace", "")
+        token = self.token_issuer(namespace, account)
+        data = obj.setdefault("data", {})
+        data["token"] = base64.b64encode(token.encode()).decode()
+        data["namespace"] = base64.b64encode(namespace.encode()).decode()
+
+    # -- update -----------------------------------------------------------------------
+    def update(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Returns the object and whether it was created (PUT on create-on-update kinds)."""
+        body = self._check_type(rtype, body)
+        new = self.internal(rtype, clone(body))
+        meta = new["metadata"]
+        body_name = meta.get("name", "")
+        if body_name and body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        body_ns = meta.get("namespace", "")
+        if rtype.namespaced and body_ns and body_ns != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the "
+                "namespace sent on the request"
+            )
+        stype = self.stored_type(rtype)
+        current = self.store.lookup(stype, namespace, name)
+        if current is None:
+            if rtype.strategy.create_on_update and not subresource:
+                meta["name"] = name
+                return self.create(rtype, namespace, body, dry_run=dry_run), True
+            raise errors.not_found(rtype.plural, rtype.group, name)
+        rv = meta.get("resourceVersion", "")
+        if rv and rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
+        return self._apply_update(rtype, stype, current, new, subresource, dry_run), False
+
+    def _apply_update(
+        self,
+        rtype: ResourceType,
+        stype: ResourceType,
+        current: Stored,
+        new: Obj,
+        subresource: str,
+        dry_run: bool,
+    ) -> Obj:
+        strategy = rtype.strategy
+        old = current.obj
+        name = old["metadata"]["name"]
+        if subresource == "status":
+            merged = clone(old)
+            merged["status"] = new.get("status", {})
+            merged["metadata"] = new["metadata"]
+            new = merged
+        elif strategy.status_subresource:
+            if "status" in old:
+                new["status"] = clone({"s": old["status"]})["s"]
+            else:
+                new.pop("status", None)
+        meta, old_meta = new["metadata"], old["metadata"]
+        uid = meta.get("uid")
+        if uid and uid != old_meta["uid"]:
+            raise self._invalid(
+                rtype, name, [fe.invalid("metadata.uid", uid, "field is immutable")]
+            )
+        for attr in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ):
+            if attr in old_meta:
+                meta[attr] = old_meta[attr]
+            else:
+                meta.pop(attr, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        new["kind"], new["apiVersion"] = stype.kind, stype.api_version
+        strategy.prepare_update(new, old)
+        strategy.defaults(new)
+        if strategy.track_generation and strategy.spec_of(new) != strategy.spec_of(old):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        errs = (
+            validate_metadata(rtype, new)
+            + strategy.validate(new)
+            + strategy.validate_update(new, old)
+            + finalizer_errors(new, old)
+        )
+        if errs:
+            raise self._invalid(rtype, name, errs)
+        if new == old:
+            return old  # a no-op update writes nothing and keeps the resourceVersion
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # The last finalizer is gone: the object is deleted, as it was last stored.
+            if dry_run:
+                return new
+            return self._remove(stype, current)
+        errs = strategy.allocate(new, old)
+        if errs:
+            raise self._invalid(rtype, name, errs)
+        if dry_run:
+            strategy.release(new, old)
+            return new
+        stored = self.store.commit(stype, "MODIFIED", new, current)
+        strategy.release(old, new)
+        return stored.obj
+
+    # -- patch ------------------------------------------------------------------------
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        document: Any,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Obj:
+        stype = self.stored_type(rtype)
+        current = self.store.get(stype, namespace, name)
+        if rtype.plural != stype.plural or rtype.group != stype.group:
+            current = self.store.get(stype, namespace, name)
+        original = self.external(rtype, current.obj)
+        try:
+            if content_type == JSON_PATCH:
+                patched = patches.json_patch(original, document)
+            elif content_type == MERGE_PATCH:
+                patched = patches.json_merge_patch(original, document)
+            else:
+                patched = patches.strategic_merge_patch(
+                    original, document, rtype.strategy.merge_schema
+                )
+        except patches.MalformedPatchError as exc:
+            raise errors.bad_request(exc.message) from exc
+        except patches.PatchApplyError as exc:
+            raise errors.unprocessable(exc.message) from exc
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patched object is not a JSON object")
+        patched = self._check_type(rtype, clone(patched))
+        new = self.internal(rtype, patched)
+        meta = new["metadata"]
+        if meta.get("name") != name or (rtype.namespaced and meta.get("namespace") != namespace):
+            raise errors.bad_request(
+                "metadata.name and metadata.namespace may not be changed by a patch"
+            )
+        rv = meta.get("resourceVersion", "")
+        if rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
+        return self._apply_update(rtype, stype, current, new, subresource, dry_run)
+
+    # -- delete -----------------------------------------------------------------------
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        preconditions: Preconditions | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        preconditions = preconditions or Preconditions()
+        stype = self.stored_type(rtype)
+        current = self.store.get(stype, namespace, name)
+        meta = current.obj["metadata"]
+        if preconditions.uid is not None and preconditions.uid != meta["uid"]:
+            raise errors.conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: UID in precondition: {preconditions.uid}, UID in object "
+                f"meta: {meta['uid']}",
+            )
+        rv = preconditions.resource_version
+        if rv is not None and rv != meta["resourceVersion"]:
+            raise errors.conflict(
+                rtype.plural,
+                rtype.group,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion "
+                f"in object meta: {meta['resourceVersion']}",
+            )
+        if rtype.kind == "Namespace" and name in PROTECTED_NAMESPACES:
+            raise errors.forbidden("namespaces", "", name, "this namespace may not be deleted")
+        if meta.get("deletionTimestamp"):
+            return current.obj
+        if rtype.kind == "Namespace":
+            return self._delete_namespace(stype, current, dry_run)
+        if meta.get("finalizers"):
+            return self._mark_deleting(stype, current, dry_run)
+        if dry_run:
+            return current.obj
+        return self._remove(stype, current)
+
+    def _mark_deleting(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:
+        new = clone(current.obj)
+        meta = new["metadata"]
+        meta["deletionTimestamp"] = format_time(self.store.now())
+        meta["deletionGracePeriodSeconds"] = 0
+        if stype.strategy.track_generation:
+            meta["generation"] = int(meta.get("generation", 1)) + 1
+        if dry_run:
+            return new
+        return self.store.commit(stype, "MODIFIED", new, current).obj
+
+    def _remove(self, stype: ResourceType, current: Stored) -> Obj:
+        gone = clone(current.obj)
+        stored = self.store.commit(stype, "DELETED", gone, current)
+        stype.strategy.release(current.obj)
+        namespace = gone["metadata"].get("namespace", "")
+        if namespace:
+            self._finish_namespace(namespace)
+        return stored.obj
+
+    def _delete_namespace(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:
+        if dry_run:
+            return current.obj
+        name = current.obj["metadata"]["name"]
+        new = clone(current.obj)
+        new["metadata"]["deletionTimestamp"] = format_time(self.store.now())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        result = self.store.commit(stype, "MODIFIED", new, current).obj
+        # The namespace controller's job, done at once: delete everything inside.
+        for storage, stored in list(self.store.iter_namespace(name)):
+            owner = next(
+                (
+                    t
+                    for t in self.store.types.values()
+                    if t.storage_name == storage.name and not t.to_external
+                ),
+                None,
+            )
+            if owner is not None and not stored.obj["metadata"].get("deletionTimestamp"):
+                if stored.obj["metadata"].get("finalizers"):
+                    self._mark_deleting(owner, stored, dry_run=False)
+                else:
+                    self._remove(owner, stored)
+        self._finish_namespace(name)
+        found = self.store.lookup(stype, "", name)
+        return found.obj if found else result
+
+    def _finish_namespace(self, namespace: str) -> None:
+        ns_type = self.store.types["/v1/namespaces"]
+        ns = self.store.lookup(ns_type, "", namespace)
+        if ns is None or not ns.obj["metadata"].get("deletionTimestamp"):
+            return
+        if ns.obj["metadata"].get("finalizers"):
+            return
+        if next(self.store.iter_namespace(namespace), None) is not None:
+            return
+        gone = clone(ns.obj)
+        gone.setdefault("spec", {})["finalizers"] = []
+        self.store.commit(ns_type, "DELETED", gone, ns)

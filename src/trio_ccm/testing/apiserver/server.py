@@ -1,0 +1,995 @@
+"""The emulator core: one request handler behind both front doors (in-process and HTTP)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+import trio
+import yaml
+
+from trio_ccm._version import __version__
+from trio_ccm.testing.apiserver import discovery, errors, tables
+from trio_ccm.testing.apiserver import fielderrors as fe
+from trio_ccm.testing.apiserver.auth import (
+    ANONYMOUS,
+    MASTERS,
+    Attributes,
+    Authenticator,
+    Authorizer,
+    User,
+)
+from trio_ccm.testing.apiserver.errors import ApiError
+from trio_ccm.testing.apiserver.faults import Faults
+from trio_ccm.testing.apiserver.kinds import (
+    REVIEW_TYPES,
+    ResourceType,
+    ReviewType,
+    ServiceAllocator,
+    standard_types,
+)
+from trio_ccm.testing.apiserver.registry import (
+    APPLY_PATCH,
+    PATCH_TYPES,
+    Registry,
+)
+from trio_ccm.testing.apiserver.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    parse_field_selector,
+    parse_label_selector,
+)
+from trio_ccm.testing.apiserver.store import (
+    Frame,
+    Obj,
+    Preconditions,
+    Store,
+    Stored,
+    Watcher,
+    decode,
+    encode,
+    format_time,
+    utc_now,
+)
+
+JSON_TYPE = "application/json"
+YAML_TYPE = "application/yaml"
+RETURNS_DELETED_OBJECT = frozenset({"services", "pods", "namespaces"})
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+KUBERNETES_VERSION = (1, 33)
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, list[str]] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
+    body: bytes = b""
+
+    @classmethod
+    def build(
+        cls,
+        method: str,
+        path: str,
+        query_string: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes,
+    ) -> Request:
+        query = parse_qs(query_string, keep_blank_values=True)
+        lowered: dict[str, str] = {}
+        for name, value in headers:
+            key = name.lower()
+            lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
+        return cls(method.upper(), path, query, lowered, body)
+
+    def arg(self, name: str, default: str = "") -> str:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+    def flag(self, name: str) -> bool:
+        return self.arg(name).lower() in ("true", "1")
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes | AsyncIterator[bytes]
+    content_type: str = JSON_TYPE
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def all_headers(self) -> list[tuple[str, str]]:
+        return [
+            ("content-type", self.content_type),
+            ("cache-control", "no-cache, private"),
+            *self.headers,
+        ]
+
+
+def _json(status: int, body: Any, content_type: str = JSON_TYPE) -> Response:
+    return Response(status, encode(body), content_type)
+
+
+def error_response(exc: ApiError) -> Response:
+    response = _json(exc.code, exc.status())
+    if exc.retry_after_s is not None:
+        response.headers.append(("retry-after", str(exc.retry_after_s)))
+    return response
+
+
+@dataclass(frozen=True)
+class Route:
+    """A parsed resource path."""
+
+    rtype: ResourceType | ReviewType
+    namespace: str
+    name: str
+    subresource: str
+
+
+class ApiServer:
+    """A Kubernetes API server emulator: state, semantics, auth and faults.
+
+    Front doors: `transport()` (an httpx transport, no sockets; works under MockClock) and
+    `serve_apiserver` in `listener.py` (real HTTP(S) on loopback).
+    """
+
+    def __init__(
+        self,
+        *,
+        service_cidr: str = "10.96.0.0/12",
+        node_port_range: tuple[int, int] = (30000, 32767),
+        history_size: int = 10_000,
+        watch_buffer: int = 1_000,
+        bookmark_interval_s: float = 60.0,
+        watch_timeout_s: tuple[float, float] = (1800.0, 3600.0),
+        now: Callable[[], dt.datetime] = utc_now,
+        seed: int | None = None,
+        admin_token: str | None = None,
+        rbac: bool = False,
+        version: tuple[int, int] = KUBERNETES_VERSION,
+    ) -> None:
+        self.rng = random.Random(seed)  # noqa: S311 - names and dice, not secrets
+        self.store = Store(
+            now=now, history_size=history_size, watch_buffer=watch_buffer, rng=self.rng
+        )
+        self.allocator = ServiceAllocator(service_cidr, node_port_range, self.rng)
+        self.authn = Authenticator(required=bool(admin_token) or rbac)
+        self.authz = Authorizer(self.store)
+        self.rbac = rbac
+        self.faults = Faults(self.rng)
+        self.bookmark_interval_s = bookmark_interval_s
+        self.watch_timeout_s = watch_timeout_s
+        self.version = version
+        self.host = "127.0.0.1"
+        self.registry = Registry(self.store, token_issuer=self.authn.issue_service_account)
+        self.types: dict[tuple[str, str, str], ResourceType | ReviewType] = {}
+        for rtype in standard_types(self.allocator):
+            self.store.register(rtype)
+            self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
+        for review in REVIEW_TYPES:
+            self.types[(review.group, review.version, review.plural)] = review
+        if admin_token:
+            self.authn.add_admin(admin_token)
+        self._bootstrap()
+
+    # -- set-up -----------------------------------------------------------------------
+    def _bootstrap(self) -> None:
+        for name in DEFAULT_NAMESPACES:
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": "kubernetes",
+                    "namespace": "default",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"},
+                },
+                "spec": {
+                    "clusterIP": self.allocator.first_ip(),
+                    "ports": [{"name": "https", "port": 443, "targetPort": 6443}],
+                },
+            }
+        )
+
+    def type_for(self, api_version: str, kind: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        for rtype in self.types.values():
+            if (
+                isinstance(rtype, ResourceType)
+                and rtype.group == group
+                and rtype.version == version
+                and rtype.kind == kind
+            ):
+                return rtype
+        raise ValueError(f"the emulator does not serve {kind} in {api_version}")
+
+    def create(self, obj: Obj) -> Obj:
+        """Create an object directly (no auth, no faults); returns the stored object."""
+        rtype = self.type_for(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        namespace = (obj.get("metadata") or {}).get("namespace") or (
+            "default" if rtype.namespaced else ""
+        )
+        return self.registry.external(rtype, self.registry.create(rtype, namespace, obj))
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> Obj:
+        rtype = self.type_for(api_version, kind)
+        stored = self.store.get(self.registry.stored_type(rtype), namespace, name)
+        return self.registry.external(rtype, stored.obj)
+
+    def apply_objects(self, documents: Iterable[Any]) -> list[Obj]:
+        """Create (or replace) each object, as `--rbac` files are loaded."""
+        results = []
+        for doc in documents:
+            if not doc:
+                continue
+            if doc.get("kind") == "List" or doc.get("kind", "").endswith("List"):
+                results += self.apply_objects(doc.get("items") or [])
+                continue
+            rtype = self.type_for(str(doc.get("apiVersion", "")), str(doc.get("kind", "")))
+            meta = doc.get("metadata") or {}
+            namespace = meta.get("namespace") or ("default" if rtype.namespaced else "")
+            existing = self.store.lookup(
+                self.registry.stored_type(rtype), namespace, meta.get("name", "")
+            )
+            if existing is None:
+                results.append(self.registry.create(rtype, namespace, doc))
+            else:
+                updated, _ = self.registry.update(rtype, namespace, meta["name"], doc)
+                results.append(updated)
+        return results
+
+    def load_manifest_text(self, text: str) -> list[Obj]:
+        return self.apply_objects(list(yaml.safe_load_all(text)))
+
+    def transport(self) -> Any:
+        """An httpx transport that reaches this server without sockets."""
+        from trio_ccm.testing.apiserver.transport import ApiServerTransport
+
+        return ApiServerTransport(self)
+
+    # -- handling ---------------------------------------------------------------------
+    async def handle(self, request: Request) -> Response:
+        try:
+            return await self._handle(request)
+        except ApiError as exc:
+            return error_response(exc)
+
+    async def _handle(self, request: Request) -> Response:
+        user = self.authn.authenticate(request.headers.get("authorization"))
+        if user is None or (user.name == ANONYMOUS and not self.rbac):
+            raise errors.unauthorized()
+        path = request.path
+        if path.startswith("/_emulator/"):
+            return await self._admin(request, user)
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] not in ("api", "apis"):
+            return await self._non_resource(request, user, path)
+        core = parts[0] == "api"
+        if (core and len(parts) <= 2) or (not core and len(parts) <= 3):
+            return await self._discovery(request, user, parts)
+        group, version, rest = (
+            ("", parts[1], parts[2:]) if core else (parts[1], parts[2], parts[3:])
+        )
+        route = self._route(group, version, rest)
+        verb = self._verb(request, route)
+        await self._faults(verb, route)
+        self._authorize(
+            Attributes(
+                user,
+                verb,
+                True,
+                route.rtype.group,
+                route.rtype.plural,
+                route.subresource,
+                route.namespace,
+                route.name,
+            )
+        )
+        if isinstance(route.rtype, ReviewType):
+            return self._review(request, user, route)
+        return await self._resource(request, route, verb, user)
+
+    def _authorize(self, attrs: Attributes) -> None:
+        if not self.rbac or self.authz.authorize(attrs):
+            return
+        if attrs.resource_request:
+            raise errors.forbidden(attrs.resource, attrs.api_group, attrs.name, attrs.describe())
+        raise errors.forbidden("", "", "", attrs.describe())
+
+    async def _faults(self, verb: str, route: Route) -> None:
+        fired = self.faults.pick(
+            verb, route.rtype.plural, route.subresource, route.namespace, route.name
+        )
+        delay = sum(r.delay_s for r in fired if r.action == "latency")
+        if delay > 0:
+            await trio.sleep(delay)
+        for rule in fired:
+            if rule.action == "error":
+                raise errors.for_code(rule.code, rule.message, rule.retry_after_s)
+            if rule.action == "conflict" and verb in ("update", "patch", "create", "delete"):
+                raise errors.conflict(
+                    route.rtype.plural, route.rtype.group, route.name or "", errors.MODIFIED
+                )
+
+    def _route(self, group: str, version: str, rest: list[str]) -> Route:
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.page_not_found()
+        rtype = self.types.get((group, version, rest[0]))
+        if rtype is None:
+            raise errors.page_not_found()
+        if namespace and not rtype.namespaced:
+            raise errors.page_not_found()
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and (not isinstance(rtype, ResourceType) or sub not in rtype.subresources):
+            raise errors.page_not_found()
+        if isinstance(rtype, ReviewType) and name:
+            raise errors.page_not_found()
+        return Route(rtype, namespace, name, sub)
+
+    @staticmethod
+    def _verb(request: Request, route: Route) -> str:
+        method = request.method
+        if method == "GET":
+            if not route.name:
+                return "watch" if request.flag("watch") else "list"
+            return "get"
+        if method == "POST":
+            if route.name and not route.subresource:
+                raise errors.method_not_allowed()
+            return "create"
+        if method == "PUT":
+            if not route.name:
+                raise errors.method_not_allowed()
+            return "update"
+        if method == "PATCH":
+            if not route.name:
+                raise errors.method_not_allowed()
+            return "patch"
+        if method == "DELETE":
+            return "delete" if route.name else "deletecollection"
+        raise errors.method_not_allowed()
+
+    # -- bodies -----------------------------------------------------------------------
+    def _body(self, request: Request, *, patch: bool = False) -> tuple[str, Any]:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if patch:
+            if content_type == APPLY_PATCH:
+                raise errors.unsupported_media_type(content_type, PATCH_TYPES)
+            if content_type not in PATCH_TYPES:
+                raise errors.unsupported_media_type(content_type or "<none>", PATCH_TYPES)
+        elif content_type not in ("", JSON_TYPE, YAML_TYPE, "*/*"):
+            raise errors.unsupported_media_type(content_type, (JSON_TYPE, YAML_TYPE))
+        try:
+            if content_type == YAML_TYPE:
+                return content_type, yaml.safe_load(request.body.decode())
+            # The official Python client sends POST and PUT without a Content-Type.
+            return content_type, decode(request.body)
+        except (msgspec.DecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise errors.bad_request(
+                f"the body of the request could not be decoded as "
+                f"{'YAML' if content_type == YAML_TYPE else 'JSON'}: {exc}"
+            ) from exc
+
+    def _wants(self, request: Request) -> str:
+        """'json', 'yaml' or 'table' from the Accept header; 406 if none fits."""
+        accept = request.headers.get("accept", "")
+        if not accept.strip():
+            return "json"
+        for part in accept.split(","):
+            params = [p.strip() for p in part.split(";")]
+            media = params[0].lower()
+            if "as=Table" in params and media in (JSON_TYPE, "*/*"):
+                if "g=meta.k8s.io" in params and ("v=v1" in params or "v=v1beta1" in params):
+                    return "table"
+                continue
+            if any(p.startswith("as=") for p in params[1:]):
+                continue
+            if media in (JSON_TYPE, "*/*", "application/*"):
+                return "json"
+            if media == YAML_TYPE:
+                return "yaml"
+        raise errors.not_acceptable((JSON_TYPE, YAML_TYPE, "application/vnd.kubernetes.protobuf"))
+
+    def _object_response(
+        self, request: Request, route: Route, obj: Obj, status: int = 200, raw: bytes | None = None
+    ) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        wants = self._wants(request)
+        if wants == "table":
+            body = tables.table(
+                rtype.printer,
+                [self.registry.external(rtype, obj)],
+                self.store.now(),
+                include_object=request.arg("includeObject", "Metadata"),
+                resource_version=obj["metadata"].get("resourceVersion", ""),
+            )
+            return _json(status, body)
+        external = self.registry.external(rtype, obj)
+        if wants == "yaml":
+            return Response(status, yaml.safe_dump(external).encode(), YAML_TYPE)
+        if raw is not None and rtype.to_external is None:
+            return Response(status, raw)
+        return _json(status, external)
+
+    # -- resources --------------------------------------------------------------------
+    async def _resource(self, request: Request, route: Route, verb: str, user: User) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        stype = self.registry.stored_type(rtype)
+        dry_run = "All" in request.query.get("dryRun", [])
+        if route.subresource == "token":
+            return self._token_request(request, route)
+        namespace = route.namespace
+        if verb == "get":
+            stored = self.store.get(stype, namespace, route.name)
+            return self._object_response(request, route, stored.obj, raw=stored.raw)
+        if verb == "list":
+            return self._list(request, route)
+        if verb == "watch":
+            return self._watch(request, route)
+        if verb == "create":
+            if rtype.namespaced and not namespace:
+                raise errors.page_not_found()
+            _, body = self._body(request)
+            obj = self.registry.create(rtype, namespace, body, dry_run=dry_run)
+            return self._object_response(request, route, obj, 201)
+        if verb == "update":
+            _, body = self._body(request)
+            obj, created = self.registry.update(
+                rtype, namespace, route.name, body, subresource=route.subresource, dry_run=dry_run
+            )
+            return self._object_response(request, route, obj, 201 if created else 200)
+        if verb == "patch":
+            content_type, document = self._body(request, patch=True)
+            obj = self.registry.patch(
+                rtype,
+                namespace,
+                route.name,
+                content_type,
+                document,
+                subresource=route.subresource,
+                dry_run=dry_run,
+            )
+            return self._object_response(request, route, obj)
+        if verb == "delete":
+            options = self._delete_options(request)
+            obj = self.registry.delete(
+                rtype, namespace, route.name, preconditions=options, dry_run=dry_run
+            )
+            if self.store.lookup(stype, namespace, route.name) is not None or (
+                rtype.plural in RETURNS_DELETED_OBJECT
+            ):
+                return self._object_response(request, route, obj)
+            return _json(
+                200,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": route.name,
+                        "group": rtype.group,
+                        "kind": rtype.plural,
+                        "uid": obj["metadata"].get("uid", ""),
+                    },
+                },
+            )
+        if verb == "deletecollection":
+            return self._delete_collection(request, route, dry_run)
+        raise errors.method_not_allowed()
+
+    def _delete_options(self, request: Request) -> Preconditions:
+        if not request.body.strip():
+            return Preconditions()
+        _, body = self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request("DeleteOptions must be a JSON object")
+        pre = body.get("preconditions") or {}
+        return Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
+
+    def _selectors(
+        self, request: Request, rtype: ResourceType
+    ) -> tuple[LabelSelector, FieldSelector]:
+        try:
+            labels = parse_label_selector(request.arg("labelSelector"))
+            fields = parse_field_selector(request.arg("fieldSelector"))
+        except SelectorError as exc:
+            raise errors.bad_request(exc.message) from exc
+        strategy = rtype.strategy
+        supported = {"metadata.name", "metadata.namespace", *strategy.extra_field_labels}
+        for name in sorted(fields.fields()):
+            if name in supported:
+                continue
+            if strategy.legacy_field_label_errors:
+                raise errors.bad_request(f"field label not supported: {name}")
+            raise errors.bad_request(
+                f'"{name}" is not a known field selector: only "metadata.name", '
+                f'"metadata.namespace"'
+            )
+        return labels, fields
+
+    def _list_items(self, request: Request, route: Route) -> tuple[ResourceType, Any]:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        labels, fields = self._selectors(request, rtype)
+        limit_text = request.arg("limit", "0") or "0"
+        try:
+            limit = int(limit_text)
+        except ValueError as exc:
+            raise errors.bad_request(f'invalid limit: "{limit_text}"') from exc
+        result = self.store.list_objects(
+            self.registry.stored_type(rtype),
+            route.namespace,
+            labels=labels,
+            fields=fields,
+            limit=max(limit, 0),
+            continue_token=request.arg("continue"),
+            resource_version=request.arg("resourceVersion"),
+            rv_match=request.arg("resourceVersionMatch"),
+        )
+        return rtype, result
+
+    def _list(self, request: Request, route: Route) -> Response:
+        rtype, result = self._list_items(request, route)
+        wants = self._wants(request)
+        if wants == "table":
+            body = tables.table(
+                rtype.printer,
+                [self.registry.external(rtype, s.obj) for s in result.items],
+                self.store.now(),
+                include_object=request.arg("includeObject", "Metadata"),
+                resource_version=str(result.rv),
+                continue_token=result.continue_token,
+                remaining=result.remaining,
+            )
+            return _json(200, body)
+        meta: Obj = {"resourceVersion": str(result.rv)}
+        if result.continue_token:
+            meta["continue"] = result.continue_token
+            meta["remainingItemCount"] = result.remaining
+        if wants == "yaml":
+            listed = {
+                "kind": f"{rtype.kind}List",
+                "apiVersion": rtype.api_version,
+                "metadata": meta,
+                "items": [self.registry.external(rtype, s.obj) for s in result.items],
+            }
+            return Response(200, yaml.safe_dump(listed).encode(), YAML_TYPE)
+        head = encode(
+            {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta}
+        )
+        items = self._raw_items(rtype, result.items)
+        return Response(200, head[:-1] + b',"items":[' + b",".join(items) + b"]}")
+
+    def _raw_items(self, rtype: ResourceType, items: list[Stored]) -> list[bytes]:
+        if rtype.to_external is None:
+            return [s.raw for s in items]
+        return [encode(rtype.to_external(s.obj)) for s in items]
+
+    def _delete_collection(self, request: Request, route: Route, dry_run: bool) -> Response:
+        rtype, result = self._list_items(request, route)
+        deleted = []
+        for stored in result.items:
+            meta = stored.obj["metadata"]
+            try:
+                deleted.append(
+                    self.registry.delete(
+                        rtype, meta.get("namespace", ""), meta["name"], dry_run=dry_run
+                    )
+                )
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+        body = {
+            "kind": f"{rtype.kind}List",
+            "apiVersion": rtype.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": [self.registry.external(rtype, o) for o in deleted],
+        }
+        return _json(200, body)
+
+    # -- watch ------------------------------------------------------------------------
+    def _watch(self, request: Request, route: Route) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        labels, fields = self._selectors(request, rtype)
+        wants = self._wants(request)
+        timeout_text = request.arg("timeoutSeconds")
+        try:
+            timeout_s = (
+                float(timeout_text) if timeout_text else self.rng.uniform(*self.watch_timeout_s)
+            )
+        except ValueError as exc:
+            raise errors.bad_request(f'invalid timeoutSeconds: "{timeout_text}"') from exc
+        bookmarks = request.flag("allowWatchBookmarks")
+        initial_end = request.flag("sendInitialEvents")
+        if initial_end and not bookmarks:
+            raise errors.invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    fe.forbidden(
+                        "allowWatchBookmarks",
+                        "allowWatchBookmarks must be set to true when "
+                        "sendInitialEvents is specified",
+                    )
+                ],
+            )
+        rv = request.arg("resourceVersion")
+        try:
+            watcher, replay = self.store.open_watcher(
+                self.registry.stored_type(rtype),
+                route.namespace,
+                labels=labels,
+                fields=fields,
+                resource_version=rv,
+            )
+        except ApiError as exc:
+            if exc.code != 410:
+                raise
+            return Response(200, _single(encode({"type": "ERROR", "object": exc.status()}) + b"\n"))
+        render = self._renderer(request, rtype, wants)
+        stream = self._stream(watcher, replay, rtype, render, timeout_s, bookmarks, initial_end)
+        return Response(200, stream)
+
+    def _renderer(
+        self, request: Request, rtype: ResourceType, wants: str
+    ) -> Callable[[Frame, bool], bytes]:
+        if wants == "table":
+            include = request.arg("includeObject", "Metadata")
+
+            def table_frame(frame: Frame, first: bool) -> bytes:
+                body = tables.table(
+                    rtype.printer,
+                    [self.registry.external(rtype, frame.obj)],
+                    self.store.now(),
+                    include_object=include,
+                    resource_version=frame.obj["metadata"].get("resourceVersion", ""),
+                    headers=first,
+                )
+                return encode({"type": frame.type, "object": body}) + b"\n"
+
+            return table_frame
+        if rtype.to_external is not None:
+            convert = rtype.to_external
+
+            def converted_frame(frame: Frame, first: bool) -> bytes:
+                return encode({"type": frame.type, "object": convert(frame.obj)}) + b"\n"
+
+            return converted_frame
+
+        def json_frame(frame: Frame, first: bool) -> bytes:
+            return b'{"type":"' + frame.type.encode() + b'","object":' + frame.raw + b"}\n"
+
+        return json_frame
+
+    def _bookmark(self, rtype: ResourceType, *, initial_end: bool = False) -> bytes:
+        meta: Obj = {"resourceVersion": str(self.store.rv), "creationTimestamp": None}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return (
+            encode(
+                {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": rtype.kind,
+                        "apiVersion": rtype.api_version,
+                        "metadata": meta,
+                    },
+                }
+            )
+            + b"\n"
+        )
+
+    async def _stream(
+        self,
+        watcher: Watcher,
+        replay: list[Frame],
+        rtype: ResourceType,
+        render: Callable[[Frame, bool], bytes],
+        timeout_s: float,
+        bookmarks: bool,
+        initial_end: bool,
+    ) -> AsyncIterator[bytes]:
+        deadline = trio.current_time() + timeout_s
+        first = True
+        try:
+            for start in range(0, len(replay), 256):
+                chunk = []
+                for frame in replay[start : start + 256]:
+                    chunk.append(render(frame, first))
+                    first = False
+                yield b"".join(chunk)
+            if initial_end:
+                yield self._bookmark(rtype, initial_end=True)
+            next_bookmark = trio.current_time() + self.bookmark_interval_s
+            while True:
+                wake = min(deadline, next_bookmark) if bookmarks else deadline
+                received: Frame | None = None
+                with trio.move_on_at(wake):
+                    try:
+                        received = await watcher.receive.receive()
+                    except trio.EndOfChannel:
+                        return
+                if received is None:
+                    if trio.current_time() >= deadline:
+                        return
+                    next_bookmark = trio.current_time() + self.bookmark_interval_s
+                    yield self._bookmark(rtype)
+                    continue
+                batch = [render(received, first)]
+                first = False
+                while len(batch) < 256:
+                    try:
+                        batch.append(render(watcher.receive.receive_nowait(), False))
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                yield b"".join(batch)
+        finally:
+            watcher.close("stream ended")
+
+    # -- subresources and reviews -----------------------------------------------------
+    def _token_request(self, request: Request, route: Route) -> Response:
+        if request.method != "POST":
+            raise errors.method_not_allowed()
+        assert isinstance(route.rtype, ResourceType)
+        self.store.get(route.rtype, route.namespace, route.name)
+        _, body = self._body(request)
+        spec = (body or {}).get("spec") or {}
+        seconds = int(spec.get("expirationSeconds") or 3600)
+        token = self.authn.issue_service_account(route.namespace, route.name)
+        expires = self.store.now() + dt.timedelta(seconds=seconds)
+        return _json(
+            201,
+            {
+                "kind": "TokenRequest",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {
+                    "name": route.name,
+                    "namespace": route.namespace,
+                    "creationTimestamp": format_time(self.store.now()),
+                },
+                "spec": {
+                    "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
+                    "expirationSeconds": seconds,
+                },
+                "status": {"token": token, "expirationTimestamp": format_time(expires)},
+            },
+        )
+
+    def _review(self, request: Request, user: User, route: Route) -> Response:
+        if request.method != "POST":
+            raise errors.method_not_allowed()
+        rtype = route.rtype
+        _, body = self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"{rtype.kind} must be a JSON object")
+        spec = body.get("spec") or {}
+        status: Obj
+        if rtype.kind == "TokenReview":
+            found = self.authn.tokens.get(str(spec.get("token", "")))
+            status = {"authenticated": found is not None}
+            if found is not None:
+                status["user"] = found.info()
+                status["audiences"] = spec.get("audiences") or []
+            else:
+                status["error"] = "invalid bearer token"
+        elif rtype.kind == "SelfSubjectReview":
+            status = {"userInfo": user.info()}
+        elif rtype.kind == "SelfSubjectRulesReview":
+            status = self._rules_review(user, str(spec.get("namespace", "")))
+        else:
+            subject = user
+            if rtype.kind == "SubjectAccessReview":
+                subject = User(
+                    str(spec.get("user", "")),
+                    tuple(spec.get("groups") or ()),
+                    str(spec.get("uid", "")),
+                )
+            status = self._access_review(subject, spec)
+        result = {
+            "kind": rtype.kind,
+            "apiVersion": rtype.api_version,
+            "metadata": {"creationTimestamp": None, **(body.get("metadata") or {})},
+            "spec": spec,
+            "status": status,
+        }
+        return _json(201, result)
+
+    def _access_review(self, subject: User, spec: Mapping[str, Any]) -> Obj:
+        resource = spec.get("resourceAttributes")
+        non_resource = spec.get("nonResourceAttributes")
+        if resource:
+            attrs = Attributes(
+                subject,
+                str(resource.get("verb", "")),
+                True,
+                str(resource.get("group", "")),
+                str(resource.get("resource", "")),
+                str(resource.get("subresource", "")),
+                str(resource.get("namespace", "")),
+                str(resource.get("name", "")),
+            )
+        elif non_resource:
+            attrs = Attributes(
+                subject,
+                str(non_resource.get("verb", "")),
+                False,
+                path=str(non_resource.get("path", "")),
+            )
+        else:
+            raise errors.invalid(
+                "SubjectAccessReview",
+                "authorization.k8s.io",
+                "",
+                [
+                    fe.invalid(
+                        "spec.resourceAttributes",
+                        None,
+                        "exactly one of nonResourceAttributes or resourceAttributes must be "
+                        "specified",
+                    )
+                ],
+            )
+        allowed = not self.rbac or self.authz.authorize(attrs)
+        status: Obj = {"allowed": allowed}
+        if allowed and self.rbac:
+            status["reason"] = "allowed by RBAC"
+        return status
+
+    def _rules_review(self, user: User, namespace: str) -> Obj:
+        if not self.rbac or MASTERS in user.groups:
+            return {
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                "incomplete": False,
+            }
+        rules = self.authz.rules_for(user, namespace)
+        keys = ("verbs", "apiGroups", "resources", "resourceNames")
+        return {
+            "resourceRules": [
+                {k: r[k] for k in keys if k in r} for r in rules if not r.get("nonResourceURLs")
+            ],
+            "nonResourceRules": [
+                {"verbs": r.get("verbs", []), "nonResourceURLs": r["nonResourceURLs"]}
+                for r in rules
+                if r.get("nonResourceURLs")
+            ],
+            "incomplete": False,
+        }
+
+    # -- discovery and other paths ----------------------------------------------------
+    async def _discovery(self, request: Request, user: User, parts: list[str]) -> Response:
+        path = "/" + "/".join(parts)
+        self._authorize(Attributes(user, "get", False, path=path))
+        if request.method != "GET":
+            raise errors.method_not_allowed()
+        types = list(self.types.values())
+        if len(parts) == 1:
+            version = discovery.aggregated_version(request.headers.get("accept", ""))
+            if version is not None:
+                body = discovery.aggregated(types, core=parts[0] == "api", version=version)
+                response = _json(200, body, discovery.aggregated_content_type(version))
+                response.headers.append(("vary", "Accept"))
+                return response
+            if parts[0] == "api":
+                return _json(200, discovery.api_versions(f"{self.host}:443"))
+            return _json(200, discovery.api_group_list(types))
+        if parts[0] == "api":
+            found = discovery.api_resource_list(types, "", parts[1])
+        elif len(parts) == 2:
+            found = discovery.api_group(types, parts[1])
+        else:
+            found = discovery.api_resource_list(types, parts[1], parts[2])
+        if found is None:
+            raise errors.page_not_found()
+        return _json(200, found)
+
+    async def _non_resource(self, request: Request, user: User, path: str) -> Response:
+        verb = {
+            "GET": "get",
+            "POST": "post",
+            "PUT": "put",
+            "DELETE": "delete",
+            "PATCH": "patch",
+            "HEAD": "head",
+        }.get(request.method, "get")
+        self._authorize(Attributes(user, verb, False, path=path))
+        stripped = path.rstrip("/") or "/"
+        if stripped in ("/healthz", "/livez", "/readyz"):
+            return Response(200, b"ok", "text/plain; charset=utf-8")
+        if stripped == "/version":
+            major, minor = self.version
+            return _json(
+                200,
+                {
+                    "major": str(major),
+                    "minor": str(minor),
+                    "gitVersion": f"v{major}.{minor}.0+trio-ccm-emulator.{__version__}",
+                    "gitCommit": "0" * 40,
+                    "gitTreeState": "clean",
+                    "buildDate": "2026-01-01T00:00:00Z",
+                    "goVersion": "python",
+                    "compiler": "trio-ccm",
+                    "platform": "linux/amd64",
+                },
+            )
+        if stripped == "/openapi/v3":
+            return _json(200, discovery.openapi_index(list(self.types.values())))
+        if stripped.startswith("/openapi/v3/"):
+            segments = stripped[len("/openapi/v3/") :].split("/")
+            document = None
+            if segments[0] == "api" and len(segments) == 2:
+                document = discovery.openapi_document(list(self.types.values()), "", segments[1])
+            elif segments[0] == "apis" and len(segments) == 3:
+                document = discovery.openapi_document(
+                    list(self.types.values()), segments[1], segments[2]
+                )
+            if document is not None:
+                return _json(200, document)
+        raise errors.page_not_found()
+
+    # -- admin (fault injection over HTTP) --------------------------------------------
+    async def _admin(self, request: Request, user: User) -> Response:
+        if MASTERS not in user.groups:
+            raise errors.forbidden(
+                "",
+                "",
+                "",
+                f'User "{user.name}" cannot use the emulator admin API (it needs the admin token)',
+            )
+        action = request.path[len("/_emulator/") :].strip("/")
+        body: Any = {}
+        if request.body.strip():
+            _, body = self._body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the admin API takes a JSON object")
+        if action == "faults" and request.method == "GET":
+            return _json(200, {"faults": [r.describe() for r in self.faults.rules]})
+        if action == "faults" and request.method == "POST":
+            options = dict(body)
+            kind = options.pop("action", "error")
+            try:
+                rule = self.faults.add(kind, **options)
+            except (TypeError, ValueError) as exc:
+                raise errors.bad_request(f"bad fault rule: {exc}") from exc
+            return _json(201, rule.describe())
+        if action == "faults" and request.method == "DELETE":
+            self.faults.clear()
+            return _json(200, {"faults": []})
+        if action.startswith("faults/") and request.method == "DELETE":
+            self.faults.remove(int(action.split("/", 1)[1]))
+            return _json(200, {"removed": action.split("/", 1)[1]})
+        if action == "drop-watches" and request.method == "POST":
+            return _json(200, {"dropped": self.store.drop_watches()})
+        if action == "compact" and request.method == "POST":
+            self.store.compact()
+            return _json(200, {"compactedResourceVersion": str(self.store.rv)})
+        if action == "refuse-connections" and request.method == "POST":
+            duration = float(body.get("duration_s", 5.0))
+            self.faults.refuse_connections(duration)
+            return _json(200, {"refusingForSeconds": duration})
+        if action == "state" and request.method == "GET":
+            return _json(
+                200, {"resourceVersion": str(self.store.rv), "watchers": self.store.watcher_count()}
+            )
+        raise errors.page_not_found()
+
+
+async def _single(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk

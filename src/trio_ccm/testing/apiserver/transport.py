@@ -1,0 +1,61 @@
+"""The in-process front door: an httpx transport that calls the emulator directly.
+
+No sockets, so it runs under `trio.testing.MockClock`; watch bodies stream chunk by chunk
+and closing the response ends the watch on the server, like closing an HTTP/1.1 connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+
+from trio_ccm.testing.apiserver.server import Request
+
+if TYPE_CHECKING:
+    from trio_ccm.testing.apiserver.server import ApiServer
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._chunks:
+            yield chunk
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class ApiServerTransport(httpx.AsyncBaseTransport):
+    """`httpx.AsyncClient(transport=server.transport(), base_url="http://emulator")`."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.server.faults.refusing():
+            raise httpx.ConnectError(
+                "[Errno 111] Connection refused (emulated outage)", request=request
+            )
+        body = await request.aread()
+        ours = Request.build(
+            request.method,
+            request.url.path,
+            request.url.query.decode(),
+            [(k.decode(), v.decode()) for k, v in request.headers.raw],
+            body,
+        )
+        response = await self.server.handle(ours)
+        headers = response.all_headers()
+        if isinstance(response.body, bytes):
+            return httpx.Response(
+                response.status, headers=headers, content=response.body, request=request
+            )
+        return httpx.Response(
+            response.status, headers=headers, stream=_Body(response.body), request=request
+        )
