@@ -96,7 +96,9 @@ MODIFIED = (
 def invalid(kind: str, group: str, name: str, errors: Sequence[FieldError]) -> ApiError:
     details = _details(name, group, kind)
     details["causes"] = [e.cause() for e in errors]
-    return ApiError(422, "Invalid", invalid_message(kind, name, errors), details=details)
+    return ApiError(
+        422, "Invalid", invalid_message(kind, name, errors, group=group), details=details
+    )
 
 
 def unprocessable(message: str) -> ApiError:

@@ -65,6 +65,7 @@ class Faults:
         self.refuse_until = float("-inf")
         # Set (and replaced) whenever an outage starts, so listeners can react.
         self.outage_started = trio.Event()
+        self.outage_ended = trio.Event()
 
     def add(self, action: FaultAction, **options: Any) -> FaultRule:
         unknown = set(options) - _FIELDS
@@ -94,13 +95,19 @@ class Faults:
 
     def clear(self) -> None:
         self.rules.clear()
-        self.refuse_until = float("-inf")
+        self.end_outage()
 
     def refuse_connections(self, duration_s: float) -> None:
         """Refuse new connections (in-process: ConnectError) for `duration_s` seconds."""
         self.refuse_until = trio.current_time() + duration_s
         self.outage_started.set()
         self.outage_started = trio.Event()
+
+    def end_outage(self) -> None:
+        """End an injected outage now (the listener re-binds at once)."""
+        self.refuse_until = float("-inf")
+        self.outage_ended.set()
+        self.outage_ended = trio.Event()
 
     def refusing(self) -> bool:
         return trio.current_time() < self.refuse_until

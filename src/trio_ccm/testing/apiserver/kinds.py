@@ -335,10 +335,22 @@ def _needs_health_check_port(spec: Mapping[str, Any]) -> bool:
     return spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local"
 
 
-def _go_service_port(port: Mapping[str, Any]) -> str:
-    return (
-        f'core.ServicePort{{Name:"{port.get("name", "")}", '
-        f'Protocol:"{port.get("protocol", "TCP")}", Port:{port.get("port", 0)}}}'
+class GoValue:
+    """A bad value Go prints with %#v (a struct); rendered verbatim in field errors."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _go_service_port(port: Mapping[str, Any]) -> GoValue:
+    """The duplicate-port key as 1.33 prints it: only protocol and port are set."""
+    return GoValue(
+        f'core.ServicePort{{Name:"", Protocol:"{port.get("protocol", "TCP")}", '
+        f"AppProtocol:(*string)(nil), Port:{port.get('port', 0)}, "
+        'TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:""}, NodePort:0}'
     )
 
 

@@ -211,5 +211,7 @@ async def serve_apiserver(
             await server.faults.outage_started.wait()
             nursery.cancel_scope.cancel()
         sock.close()
-        await trio.sleep_until(server.faults.refuse_until)
+        while server.faults.refusing():
+            with trio.move_on_at(server.faults.refuse_until):
+                await server.faults.outage_ended.wait()
         sock = _bind(host, bound_port)

@@ -335,7 +335,11 @@ class Registry:
             raise self._invalid(rtype, name, errs)
         if new == old:
             return old  # a no-op update writes nothing and keeps the resourceVersion
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and (rtype.kind != "Namespace")
+        ):
             # The last finalizer is gone: the object is deleted, as it was last stored.
             if dry_run:
                 return new
@@ -348,6 +352,10 @@ class Registry:
             return new
         stored = self.store.commit(stype, "MODIFIED", new, current)
         strategy.release(old, new)
+        if rtype.kind == "Namespace" and meta.get("deletionTimestamp"):
+            self._finish_namespace(name)
+            if self.store.lookup(stype, "", name) is None:
+                return self.store.storage(stype).history[-1].obj
         return stored.obj
 
     # -- patch ------------------------------------------------------------------------

@@ -350,6 +350,7 @@ class Store:
         storage = self.storage(rtype)
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        obj = ordered(obj)
         raw = encode(obj)
         stored = Stored(obj, raw, self.rv)
         key = object_key(obj)
@@ -451,6 +452,17 @@ def _list_options_invalid(fld: str, value: str, detail: str) -> ApiError:
     from trio_ccm.testing.apiserver.fielderrors import invalid as invalid_field
 
     return errors.invalid("ListOptions", "meta.k8s.io", "", [invalid_field(fld, value, detail)])
+
+
+_HEAD = ("kind", "apiVersion", "metadata")
+
+
+def ordered(obj: Obj) -> Obj:
+    """kind, apiVersion and metadata first, as the real server serialises objects."""
+    if tuple(obj)[:3] == _HEAD:
+        return obj
+    head = {k: obj[k] for k in _HEAD if k in obj}
+    return head | {k: v for k, v in obj.items() if k not in head}
 
 
 def parse_rv(text: str) -> int:
