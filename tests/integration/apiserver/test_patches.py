@@ -20,7 +20,7 @@ from tests.integration.apiserver.helpers import (
 
 
 async def test_json_patch_test_operation_failure(client: httpx.AsyncClient) -> None:
-    """A failing JSON-patch `test` answers 422 with the json-patch library's message."""
+    """A failing JSON-patch `test` is 422 with upstream's generic message and the cause."""
     with trio.fail_after(5):
         await client.post(NODES, json=node("n1"))
         response = await client.patch(
@@ -33,9 +33,14 @@ async def test_json_patch_test_operation_failure(client: httpx.AsyncClient) -> N
         )
         unchanged = await client.get(f"{NODES}/n1")
     assert response.status_code == 422
-    assert response.json()["message"] == (
-        "testing value /metadata/resourceVersion failed: test failed"
-    )
+    status = response.json()
+    assert status["message"] == "the server rejected our request due to an error in our request"
+    assert status["details"]["causes"] == [
+        {
+            "reason": "UnexpectedServerResponse",
+            "message": "testing value /metadata/resourceVersion failed: test failed",
+        }
+    ]
     assert "labels" not in unchanged.json()["metadata"]
 
 

@@ -101,9 +101,17 @@ def invalid(kind: str, group: str, name: str, errors: Sequence[FieldError]) -> A
     )
 
 
-def unprocessable(message: str) -> ApiError:
-    """A 422 without field causes (for example a JSON patch whose `test` failed)."""
-    return ApiError(422, "Invalid", message)
+def unprocessable(detail: str) -> ApiError:
+    """A 422 as upstream's NewGenericServerResponse builds it (a JSON patch that failed).
+
+    The message is generic; the library's text travels as an UnexpectedServerResponse cause.
+    """
+    return ApiError(
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+        details={"causes": [{"reason": "UnexpectedServerResponse", "message": detail}]},
+    )
 
 
 def bad_request(message: str) -> ApiError:

@@ -407,15 +407,21 @@ class ServiceStrategy(Strategy):
             ):
                 spec["clusterIPs"] = list(old_spec["clusterIPs"])
         if _needs_node_ports(old_spec) and _needs_node_ports(spec):
-            old_ports = {
-                (p.get("port"), p.get("protocol", "TCP")): p.get("nodePort")
+            # Upstream maps old node ports by port *name* and reuses one unless the new
+            # object already uses it elsewhere.
+            def used(ports: Any) -> set[Any]:
+                return {p.get("nodePort") for p in ports or [] if isinstance(p, dict)}
+
+            taken = used(old_spec.get("ports")) & used(spec.get("ports"))
+            by_name = {
+                p.get("name", ""): p.get("nodePort")
                 for p in old_spec.get("ports") or []
                 if isinstance(p, dict)
             }
             for port in spec.get("ports") or []:
                 if isinstance(port, dict) and not port.get("nodePort"):
-                    previous = old_ports.get((port.get("port"), port.get("protocol", "TCP")))
-                    if previous:
+                    previous = by_name.get(port.get("name", ""))
+                    if previous and previous not in taken:
                         port["nodePort"] = previous
         if (
             _needs_health_check_port(old_spec)

@@ -80,10 +80,14 @@ def _node(obj: Obj, now: dt.datetime) -> Row:
             state = "Ready" if cond.get("status") == "True" else "NotReady"
     if spec.get("unschedulable"):
         state += ",SchedulingDisabled"
+    labels = obj["metadata"].get("labels") or {}
     roles = sorted(
-        key.split("/", 1)[1]
-        for key in (obj["metadata"].get("labels") or {})
-        if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1]
+        {
+            key.split("/", 1)[1]
+            for key in labels
+            if key.startswith("node-role.kubernetes.io/") and key.split("/", 1)[1]
+        }
+        | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set())
     )
     info = status.get("nodeInfo") or {}
     addresses = status.get("addresses") or []
