@@ -165,6 +165,21 @@ def _subject_matches(subject: Mapping[str, Any], user: User, namespace: str) -> 
     return False
 
 
+@dataclass(frozen=True)
+class Decision:
+    """An authorization answer; `reason` is upstream's text (empty when there is none)."""
+
+    allowed: bool
+    reason: str = ""
+
+
+def _describe_subject(subject: Mapping[str, Any], namespace: str) -> str:
+    kind, name = subject.get("kind", ""), subject.get("name", "")
+    if kind == "ServiceAccount":
+        return f'ServiceAccount "{name}/{subject.get("namespace") or namespace}"'
+    return f'{kind} "{name}"'
+
+
 class Authorizer:
     """RBAC over the store's current Roles, ClusterRoles and their bindings."""
 
@@ -176,41 +191,94 @@ class Authorizer:
         objects = self.store.storage(rtype).objects
         return [s.obj for (ns, _), s in objects.items() if namespace is None or ns == namespace]
 
-    def _role_rules(self, ref: Mapping[str, Any], namespace: str) -> list[Mapping[str, Any]]:
+    def _role(self, ref: Mapping[str, Any], namespace: str) -> tuple[list[Mapping[str, Any]], str]:
+        """The role's rules, or an error text naming the missing role."""
+        name = str(ref.get("name", ""))
         if ref.get("kind") == "ClusterRole":
             rtype = self.store.types["rbac.authorization.k8s.io/v1/clusterroles"]
-            found = self.store.lookup(rtype, "", str(ref.get("name", "")))
+            found = self.store.lookup(rtype, "", name)
+            missing = f'clusterrole.rbac.authorization.k8s.io "{name}" not found'
         else:
             rtype = self.store.types["rbac.authorization.k8s.io/v1/roles"]
-            found = self.store.lookup(rtype, namespace, str(ref.get("name", "")))
-        return list(found.obj.get("rules") or []) if found else []
+            found = self.store.lookup(rtype, namespace, name)
+            missing = f'role.rbac.authorization.k8s.io "{name}" not found'
+        if found is None:
+            return [], missing
+        return list(found.obj.get("rules") or []), ""
+
+    def _grants(self, user: User, namespace: str) -> list[tuple[str, list[Mapping[str, Any]], str]]:
+        """(description, rules, error) for every binding that names `user`."""
+        grants = []
+        bindings = [
+            ("ClusterRoleBinding", b, "")
+            for b in self._objects("rbac.authorization.k8s.io/v1/clusterrolebindings")
+        ]
+        if namespace:
+            bindings += [
+                ("RoleBinding", b, namespace)
+                for b in self._objects("rbac.authorization.k8s.io/v1/rolebindings", namespace)
+            ]
+        for kind, binding, scope in bindings:
+            subject = next(
+                (s for s in binding.get("subjects") or [] if _subject_matches(s, user, scope)), None
+            )
+            if subject is None:
+                continue
+            ref = binding.get("roleRef") or {}
+            rules, error = self._role(ref, scope)
+            name = binding["metadata"]["name"]
+            shown = f"{name}/{scope}" if scope else name
+            description = (
+                f'{kind} "{shown}" of {ref.get("kind", "")} "{ref.get("name", "")}" '
+                f"to {_describe_subject(subject, scope)}"
+            )
+            grants.append((description, rules, error))
+        return grants
 
     def rules_for(self, user: User, namespace: str) -> list[Mapping[str, Any]]:
         """The rules that apply to `user` in `namespace` (cluster-wide ones included)."""
-        rules: list[Mapping[str, Any]] = []
-        for binding in self._objects("rbac.authorization.k8s.io/v1/clusterrolebindings"):
-            if any(_subject_matches(s, user, "") for s in binding.get("subjects") or []):
-                rules += self._role_rules(binding.get("roleRef") or {}, "")
-        if namespace:
-            for binding in self._objects("rbac.authorization.k8s.io/v1/rolebindings", namespace):
-                if any(_subject_matches(s, user, namespace) for s in binding.get("subjects") or []):
-                    rules += self._role_rules(binding.get("roleRef") or {}, namespace)
-        return rules
+        return [rule for _, rules, _ in self._grants(user, namespace) for rule in rules]
 
-    def authorize(self, attrs: Attributes) -> bool:
+    def decide(self, attrs: Attributes) -> Decision:
         user = attrs.user
         if MASTERS in user.groups:
-            return True
+            return Decision(True)
         if not attrs.resource_request and attrs.verb == "get":
             if _path_matches(_PUBLIC_PATHS, attrs.path):
-                return True
+                return Decision(True)
             if AUTHENTICATED in user.groups and _path_matches(_DISCOVERY_PATHS, attrs.path):
-                return True
+                return Decision(True)
         if (
             attrs.resource_request
             and attrs.verb == "create"
             and (attrs.api_group, attrs.resource) in _SELF_REVIEWS
             and AUTHENTICATED in user.groups
         ):
-            return True
-        return any(rule_allows(rule, attrs) for rule in self.rules_for(user, attrs.namespace))
+            return Decision(True)
+        errors = []
+        for description, rules, error in self._grants(user, attrs.namespace):
+            if any(rule_allows(rule, attrs) for rule in rules):
+                return Decision(True, f"RBAC: allowed by {description}")
+            if error:
+                errors.append(error)
+        return Decision(False, f"RBAC: {', '.join(errors)}" if errors else "")
+
+    def authorize(self, attrs: Attributes) -> bool:
+        return self.decide(attrs).allowed
+
+
+BOOTSTRAP_RESOURCE_RULES = (
+    {
+        "verbs": ["create"],
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+    },
+    {
+        "verbs": ["create"],
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["selfsubjectreviews"],
+    },
+)
+BOOTSTRAP_NON_RESOURCE_RULES = (
+    {"verbs": ["get"], "nonResourceURLs": sorted({*_DISCOVERY_PATHS, *_PUBLIC_PATHS})},
+)

@@ -50,6 +50,13 @@ def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def _response_group(rtype: AnyType, kind: str) -> Obj:
+    """Legacy discovery names the group/version of a subresource of another group."""
+    if kind == "TokenRequest":
+        return {"group": "authentication.k8s.io", "version": "v1"}
+    return {}
+
+
 def _group_versions(types: Sequence[AnyType]) -> dict[str, dict[str, list[AnyType]]]:
     groups: dict[str, dict[str, list[AnyType]]] = {}
     for rtype in types:
@@ -159,6 +166,7 @@ def api_resource_list(types: Sequence[AnyType], group: str, version: str) -> Obj
                     "name": f"{rtype.plural}/{name}",
                     "singularName": "",
                     "namespaced": rtype.namespaced,
+                    **_response_group(rtype, kind),
                     "kind": kind,
                     "verbs": verbs,
                 }

@@ -36,10 +36,11 @@ class ApiError(Exception):
             "message": self.message,
             "reason": self.reason,
         }
-        details = dict(self.details) if self.details else {}
+        # None: no details at all; {} is kept, as upstream sends "details": {} for some errors.
+        details = dict(self.details) if self.details is not None else None
         if self.retry_after_s is not None:
-            details["retryAfterSeconds"] = self.retry_after_s
-        if details:
+            details = (details or {}) | {"retryAfterSeconds": self.retry_after_s}
+        if details is not None:
             body["details"] = details
         body["code"] = self.code
         return body
@@ -172,7 +173,7 @@ def not_acceptable(accepted: Sequence[str]) -> ApiError:
 
 
 def page_not_found() -> ApiError:
-    return ApiError(404, "NotFound", "the server could not find the requested resource")
+    return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
 
 def too_large_resource_version(requested: int, current: int) -> ApiError:
@@ -206,7 +207,6 @@ _REASONS = {
 
 _MESSAGES = {
     429: "Too many requests, please try again later.",
-    500: "Internal error occurred: injected fault",
     503: "the server is currently unable to handle the request",
     504: "the server was unable to return a response in the time allotted, but may still be "
     "processing the request",
@@ -216,5 +216,15 @@ _MESSAGES = {
 def for_code(code: int, message: str | None = None, retry_after_s: int | None = None) -> ApiError:
     """A generic error of this HTTP code, as fault injection answers it."""
     reason = _REASONS.get(code, "Unknown" if code < 500 else "InternalError")
+    if code == 500:
+        # upstream's NewInternalError: the inner error is repeated as the only cause
+        inner = message or "injected fault"
+        return ApiError(
+            code,
+            reason,
+            f"Internal error occurred: {inner}",
+            details={"causes": [{"message": inner}]},
+            retry_after_s=retry_after_s,
+        )
     text = message or _MESSAGES.get(code, f"injected fault (HTTP {code})")
     return ApiError(code, reason, text, retry_after_s=retry_after_s)

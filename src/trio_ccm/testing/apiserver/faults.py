@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 import trio
 
-FaultAction = Literal["error", "latency", "conflict", "disconnect"]
+FaultAction = Literal["error", "latency", "conflict"]
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 @dataclass
@@ -37,6 +38,8 @@ class FaultRule:
         self, verb: str, resource: str, subresource: str, namespace: str, name: str
     ) -> bool:
         if self.count is not None and self.count <= 0:
+            return False
+        if self.action == "conflict" and verb not in WRITE_VERBS:
             return False
         if self.verb is not None and self.verb != verb:
             return False
@@ -71,10 +74,8 @@ class Faults:
         unknown = set(options) - _FIELDS
         if unknown:
             raise ValueError(f"unknown fault option(s): {', '.join(sorted(unknown))}")
-        if action not in ("error", "latency", "conflict", "disconnect"):
-            raise ValueError(
-                f"unknown fault action {action!r}: use error, latency, conflict or disconnect"
-            )
+        if action not in ("error", "latency", "conflict"):
+            raise ValueError(f"unknown fault action {action!r}: use error, latency or conflict")
         rule = FaultRule(action=action, id=next(self._ids), **options)
         if not 0.0 <= rule.probability <= 1.0:
             raise ValueError("probability must be between 0 and 1")

@@ -18,6 +18,8 @@ from trio_ccm.testing.apiserver import discovery, errors, tables
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
+    BOOTSTRAP_NON_RESOURCE_RULES,
+    BOOTSTRAP_RESOURCE_RULES,
     MASTERS,
     Attributes,
     Authenticator,
@@ -227,9 +229,14 @@ class ApiServer:
     def apply_objects(self, documents: Iterable[Any]) -> list[Obj]:
         """Create (or replace) each object, as `--rbac` files are loaded."""
         results = []
-        for doc in documents:
+        for index, doc in enumerate(documents):
             if not doc:
                 continue
+            if not isinstance(doc, dict):
+                raise TypeError(
+                    f"document {index + 1} is a {type(doc).__name__}, not a Kubernetes object "
+                    "(a mapping with apiVersion, kind and metadata)"
+                )
             if doc.get("kind") == "List" or doc.get("kind", "").endswith("List"):
                 results += self.apply_objects(doc.get("items") or [])
                 continue
@@ -298,11 +305,15 @@ class ApiServer:
         return await self._resource(request, route, verb, user)
 
     def _authorize(self, attrs: Attributes) -> None:
-        if not self.rbac or self.authz.authorize(attrs):
+        if not self.rbac:
             return
+        decision = self.authz.decide(attrs)
+        if decision.allowed:
+            return
+        why = attrs.describe() + (f": {decision.reason}" if decision.reason else "")
         if attrs.resource_request:
-            raise errors.forbidden(attrs.resource, attrs.api_group, attrs.name, attrs.describe())
-        raise errors.forbidden("", "", "", attrs.describe())
+            raise errors.forbidden(attrs.resource, attrs.api_group, attrs.name, why)
+        raise errors.forbidden("", "", "", why)
 
     async def _faults(self, verb: str, route: Route) -> None:
         fired = self.faults.pick(
@@ -314,7 +325,7 @@ class ApiServer:
         for rule in fired:
             if rule.action == "error":
                 raise errors.for_code(rule.code, rule.message, rule.retry_after_s)
-            if rule.action == "conflict" and verb in ("update", "patch", "create", "delete"):
+            if rule.action == "conflict":
                 raise errors.conflict(
                     route.rtype.plural, route.rtype.group, route.name or "", errors.MODIFIED
                 )
@@ -809,6 +820,8 @@ class ApiServer:
             "spec": spec,
             "status": status,
         }
+        if rtype.kind == "SelfSubjectReview":
+            del result["spec"]  # the kind has no spec
         return _json(201, result)
 
     def _access_review(self, subject: User, spec: Mapping[str, Any]) -> Obj:
@@ -846,10 +859,12 @@ class ApiServer:
                     )
                 ],
             )
-        allowed = not self.rbac or self.authz.authorize(attrs)
-        status: Obj = {"allowed": allowed}
-        if allowed and self.rbac:
-            status["reason"] = "allowed by RBAC"
+        if not self.rbac:
+            return {"allowed": True}
+        decision = self.authz.decide(attrs)
+        status: Obj = {"allowed": decision.allowed}
+        if decision.reason:
+            status["reason"] = decision.reason
         return status
 
     def _rules_review(self, user: User, namespace: str) -> Obj:
@@ -859,7 +874,11 @@ class ApiServer:
                 "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
                 "incomplete": False,
             }
-        rules = self.authz.rules_for(user, namespace)
+        rules = [
+            *BOOTSTRAP_RESOURCE_RULES,
+            *BOOTSTRAP_NON_RESOURCE_RULES,
+            *self.authz.rules_for(user, namespace),
+        ]
         keys = ("verbs", "apiGroups", "resources", "resourceNames")
         return {
             "resourceRules": [
@@ -973,15 +992,21 @@ class ApiServer:
             self.faults.clear()
             return _json(200, {"faults": []})
         if action.startswith("faults/") and request.method == "DELETE":
-            self.faults.remove(int(action.split("/", 1)[1]))
-            return _json(200, {"removed": action.split("/", 1)[1]})
+            rule_id = action.split("/", 1)[1]
+            if not rule_id.isdigit() or all(r.id != int(rule_id) for r in self.faults.rules):
+                raise errors.page_not_found()
+            self.faults.remove(int(rule_id))
+            return _json(200, {"removed": rule_id})
         if action == "drop-watches" and request.method == "POST":
             return _json(200, {"dropped": self.store.drop_watches()})
         if action == "compact" and request.method == "POST":
             self.store.compact()
             return _json(200, {"compactedResourceVersion": str(self.store.rv)})
         if action == "refuse-connections" and request.method == "POST":
-            duration = float(body.get("duration_s", 5.0))
+            try:
+                duration = float(body.get("duration_s", 5.0))
+            except (TypeError, ValueError) as exc:
+                raise errors.bad_request("duration_s must be a number of seconds") from exc
             self.faults.refuse_connections(duration)
             return _json(200, {"refusingForSeconds": duration})
         if action == "state" and request.method == "GET":
