@@ -19,8 +19,10 @@ class ApiError(Exception):
         *,
         details: dict[str, Any] | None = None,
         retry_after_s: int | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
+        self.metadata = metadata or {}
         self.code = code
         self.reason = reason
         self.message = message
@@ -31,7 +33,7 @@ class ApiError(Exception):
         body: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.metadata),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

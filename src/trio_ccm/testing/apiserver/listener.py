@@ -74,20 +74,24 @@ class AsgiApp:
             )
             await send({"type": "http.response.body", "body": body})
             return
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         finished = False
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            try:
+        try:
+            await send(
+                {"type": "http.response.start", "status": response.status, "headers": headers}
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
                 async for chunk in body:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 finished = True
-            finally:
-                aclose = getattr(body, "aclose", None)
-                if aclose is not None:
-                    with trio.CancelScope(shield=True), trio.move_on_after(5):
-                        await aclose()
-            nursery.cancel_scope.cancel()
+                nursery.cancel_scope.cancel()
+        finally:
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await aclose()
+            if response.cleanup is not None:
+                response.cleanup()
         if finished:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

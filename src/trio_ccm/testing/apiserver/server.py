@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ from trio_ccm.testing.apiserver.store import (
     decode,
     encode,
     format_time,
+    list_options_invalid,
+    parse_rv,
     utc_now,
 )
 
@@ -105,6 +108,8 @@ class Response:
     body: bytes | AsyncIterator[bytes]
     content_type: str = JSON_TYPE
     headers: list[tuple[str, str]] = field(default_factory=list)
+    # Run when the response is closed, even if its body was never read (watch streams).
+    cleanup: Callable[[], None] | None = None
 
     def all_headers(self) -> list[tuple[str, str]]:
         return [
@@ -521,7 +526,10 @@ class ApiServer:
         except SelectorError as exc:
             raise errors.bad_request(exc.message) from exc
         strategy = rtype.strategy
-        supported = {"metadata.name", "metadata.namespace", *strategy.extra_field_labels}
+        supported = {"metadata.name", *strategy.extra_field_labels}
+        if rtype.namespaced or not strategy.legacy_field_label_errors:
+            # Kinds with their own field-label function (Nodes, Namespaces) list only theirs.
+            supported.add("metadata.namespace")
         for name in sorted(fields.fields()):
             if name in supported:
                 continue
@@ -571,6 +579,7 @@ class ApiServer:
         meta: Obj = {"resourceVersion": str(result.rv)}
         if result.continue_token:
             meta["continue"] = result.continue_token
+        if result.remaining is not None:
             meta["remainingItemCount"] = result.remaining
         if wants == "yaml":
             listed = {
@@ -628,22 +637,15 @@ class ApiServer:
             raise errors.bad_request(f'invalid timeoutSeconds: "{timeout_text}"') from exc
         bookmarks = request.flag("allowWatchBookmarks")
         initial_end = request.flag("sendInitialEvents")
-        if initial_end and not bookmarks:
-            raise errors.invalid(
-                "ListOptions",
-                "meta.k8s.io",
-                "",
-                [
-                    fe.forbidden(
-                        "allowWatchBookmarks",
-                        "allowWatchBookmarks must be set to true when "
-                        "sendInitialEvents is specified",
-                    )
-                ],
-            )
         rv = request.arg("resourceVersion")
+        self._validate_watch_options(request, bookmarks)
+        if initial_end:
+            # The initial events are the current state (at least `rv`), not a replay.
+            if rv not in ("", "0") and parse_rv(rv) > self.store.rv:
+                raise errors.too_large_resource_version(parse_rv(rv), self.store.rv)
+            rv = ""
         try:
-            watcher, replay = self.store.open_watcher(
+            watcher, replay, at = self.store.open_watcher(
                 self.registry.stored_type(rtype),
                 route.namespace,
                 labels=labels,
@@ -651,12 +653,47 @@ class ApiServer:
                 resource_version=rv,
             )
         except ApiError as exc:
-            if exc.code != 410:
+            if exc.code not in (410, 504):
                 raise
-            return Response(200, _single(encode({"type": "ERROR", "object": exc.status()}) + b"\n"))
+            # Upstream answers 200 and one ERROR event; for a version it has not reached
+            # it first waits up to 3 s for its cache to catch up.
+            delay = 3.0 if exc.code == 504 else 0.0
+            return Response(200, _error_event(exc, delay))
         render = self._renderer(request, rtype, wants)
-        stream = self._stream(watcher, replay, rtype, render, timeout_s, bookmarks, initial_end)
-        return Response(200, stream)
+        stream = self._stream(
+            watcher, replay, rtype, render, timeout_s, bookmarks, at if initial_end else None
+        )
+        return Response(200, stream, cleanup=lambda: watcher.close("response closed"))
+
+    @staticmethod
+    def _validate_watch_options(request: Request, bookmarks: bool) -> None:
+        errs = []
+        match = request.arg("resourceVersionMatch")
+        if "sendInitialEvents" in request.query:
+            if match != "NotOlderThan":
+                errs.append(
+                    fe.forbidden(
+                        "resourceVersionMatch",
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    )
+                )
+            if not bookmarks:
+                errs.append(
+                    fe.forbidden(
+                        "allowWatchBookmarks",
+                        "sendInitialEvents requires setting allowWatchBookmarks to true",
+                    )
+                )
+        elif match:
+            errs.append(
+                fe.forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                    "provided",
+                )
+            )
+        if errs:
+            raise list_options_invalid(*errs)
 
     def _renderer(
         self, request: Request, rtype: ResourceType, wants: str
@@ -689,8 +726,8 @@ class ApiServer:
 
         return json_frame
 
-    def _bookmark(self, rtype: ResourceType, *, initial_end: bool = False) -> bytes:
-        meta: Obj = {"resourceVersion": str(self.store.rv), "creationTimestamp": None}
+    def _bookmark(self, rtype: ResourceType, rv: int, *, initial_end: bool = False) -> bytes:
+        meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return (
@@ -715,9 +752,15 @@ class ApiServer:
         render: Callable[[Frame, bool], bytes],
         timeout_s: float,
         bookmarks: bool,
-        initial_end: bool,
+        initial_end: int | None,
     ) -> AsyncIterator[bytes]:
+        """Replay, then live frames; bookmarks every interval and 2 s before the deadline."""
         deadline = trio.current_time() + timeout_s
+
+        def next_bookmark_after(now: float) -> float:
+            due = min(now + self.bookmark_interval_s, deadline - 2.0)
+            return due if due > now else math.inf
+
         first = True
         try:
             for start in range(0, len(replay), 256):
@@ -726,9 +769,9 @@ class ApiServer:
                     chunk.append(render(frame, first))
                     first = False
                 yield b"".join(chunk)
-            if initial_end:
-                yield self._bookmark(rtype, initial_end=True)
-            next_bookmark = trio.current_time() + self.bookmark_interval_s
+            if initial_end is not None:
+                yield self._bookmark(rtype, initial_end, initial_end=True)
+            next_bookmark = next_bookmark_after(trio.current_time())
             while True:
                 wake = min(deadline, next_bookmark) if bookmarks else deadline
                 received: Frame | None = None
@@ -740,8 +783,9 @@ class ApiServer:
                 if received is None:
                     if trio.current_time() >= deadline:
                         return
-                    next_bookmark = trio.current_time() + self.bookmark_interval_s
-                    yield self._bookmark(rtype)
+                    next_bookmark = next_bookmark_after(trio.current_time())
+                    # The buffer is empty: every event up to the current version was sent.
+                    yield self._bookmark(rtype, self.store.rv)
                     continue
                 batch = [render(received, first)]
                 first = False
@@ -1016,5 +1060,7 @@ class ApiServer:
         raise errors.page_not_found()
 
 
-async def _single(chunk: bytes) -> AsyncIterator[bytes]:
-    yield chunk
+async def _error_event(error: ApiError, delay_s: float) -> AsyncIterator[bytes]:
+    if delay_s:
+        await trio.sleep(delay_s)
+    yield encode({"type": "ERROR", "object": error.status()}) + b"\n"

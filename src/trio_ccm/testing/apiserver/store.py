@@ -21,7 +21,7 @@ import trio
 
 from trio_ccm.testing.apiserver import errors
 from trio_ccm.testing.apiserver.errors import ApiError
-from trio_ccm.testing.apiserver.fielderrors import FieldError, forbidden, required
+from trio_ccm.testing.apiserver.fielderrors import FieldError, forbidden, not_supported, required
 from trio_ccm.testing.apiserver.selectors import FieldSelector, LabelSelector
 
 if TYPE_CHECKING:
@@ -253,16 +253,22 @@ class Store:
                     "specifying resource version is not allowed when using continue"
                 )
             at, start = self._decode_continue(continue_token)
-            if at < storage.compacted_rv:
-                raise errors.expired(_CONTINUE_TOO_OLD)
-            objects = self._snapshot(storage, at)
+            if at == -1:
+                # An "inconsistent" token (from a 410): continue at the latest state.
+                at, objects = self.rv, storage.objects
+            elif at < storage.compacted_rv:
+                error = errors.expired(_CONTINUE_TOO_OLD)
+                error.metadata = {"continue": self._encode_continue(-1, start)}
+                raise error
+            else:
+                objects = self._snapshot(storage, at)
         else:
             at, objects = self._list_version(storage, resource_version, rv_match)
-        keys = sorted(k for k in objects if not namespace or k[0] == namespace)
+        # etcd key order: the "namespace/name" string.
+        keys = sorted((k for k in objects if not namespace or k[0] == namespace), key=_key_text)
         if start:
             keys = [k for k in keys if _key_text(k) >= start]
         matched: list[Stored] = []
-        next_key: Key | None = None
         probe = Watcher.__new__(Watcher)  # reuse the watch filter for lists
         probe.rtype, probe.namespace, probe.labels, probe.fields = rtype, namespace, labels, fields
         remaining = 0
@@ -271,33 +277,38 @@ class Store:
             if not probe.matches(stored.obj):
                 continue
             if limit and len(matched) >= limit:
-                if next_key is None:
-                    next_key = key
                 remaining += 1
                 continue
             matched.append(stored)
         token = ""
-        if next_key is not None:
-            token = self._encode_continue(at, _key_text(next_key))
-        return ListResult(at, matched, token, remaining if token else None)
+        if remaining:
+            # As etcd3: the next page starts just after the last key returned.
+            token = self._encode_continue(at, _key_text(object_key(matched[-1].obj)) + "\x00")
+        # Upstream counts the rest only when no selector could make the count wrong.
+        counted = token and labels.empty and not fields.requirements
+        return ListResult(at, matched, token, remaining if counted else None)
 
     def _list_version(
         self, storage: Storage, resource_version: str, rv_match: str
     ) -> tuple[int, dict[Key, Stored]]:
         if rv_match and rv_match not in ("Exact", "NotOlderThan"):
-            raise errors.bad_request(f'invalid resourceVersionMatch: "{rv_match}"')
+            raise list_options_invalid(
+                not_supported("resourceVersionMatch", rv_match, ("Exact", "NotOlderThan", ""))
+            )
         if rv_match and resource_version == "":
-            raise _list_options_invalid(
-                "resourceVersionMatch",
-                rv_match,
-                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            raise list_options_invalid(
+                forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )
             )
         if resource_version in ("", "0"):
             if rv_match == "Exact" and resource_version == "0":
-                raise _list_options_invalid(
-                    "resourceVersionMatch",
-                    rv_match,
-                    'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                raise list_options_invalid(
+                    forbidden(
+                        "resourceVersionMatch",
+                        'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                    )
                 )
             return self.rv, storage.objects
         wanted = parse_rv(resource_version)
@@ -305,7 +316,7 @@ class Store:
             raise errors.too_large_resource_version(wanted, self.rv)
         if rv_match == "Exact":
             if wanted < storage.compacted_rv:
-                raise errors.expired(f"too old resource version: {wanted} ({storage.compacted_rv})")
+                raise errors.expired("The resourceVersion for the provided list is too old.")
             return wanted, self._snapshot(storage, wanted)
         return self.rv, storage.objects
 
@@ -339,9 +350,19 @@ class Store:
             at, start = int(body["rv"]), str(body["start"])
             version = body.get("v")
         except (ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
-            raise errors.bad_request(f"continue key is not valid: {exc}") from exc
-        if version != "meta.k8s.io/v1" or at <= 0:
-            raise errors.bad_request(f"continue key is not valid: {token}")
+            raise errors.bad_request(
+                f"invalid continue token: continue key is not valid: {exc}"
+            ) from exc
+        if version != "meta.k8s.io/v1":
+            raise errors.bad_request(
+                f"invalid continue token: continue key is not valid: server does not "
+                f"recognize this encoded key version ({version})"
+            )
+        if at == 0 or at < -1:
+            raise errors.bad_request(
+                "invalid continue token: continue key is not valid: incorrect encoded start "
+                "resourceVersion (version meta.k8s.io/v1)"
+            )
         return at, start
 
     # -- writes -----------------------------------------------------------------------
@@ -381,16 +402,21 @@ class Store:
         labels: LabelSelector,
         fields: FieldSelector,
         resource_version: str,
-    ) -> tuple[Watcher, list[Frame]]:
-        """Register a watcher and return the frames to replay before its live ones.
+    ) -> tuple[Watcher, list[Frame], int]:
+        """Register a watcher; return it, the frames to replay first, and their version.
 
-        Raises `ApiError` 410 when `resource_version` has been compacted away.
+        Raises `ApiError` 410 when `resource_version` has been compacted away and 504 when
+        it is ahead of the server.
         """
         storage = self.storage(rtype)
+        if resource_version not in ("", "0"):
+            since = parse_rv(resource_version)
+            if since > self.rv:
+                raise errors.too_large_resource_version(since, self.rv)
         watcher = Watcher(storage, rtype, namespace, labels, fields, self.watch_buffer)
         replay: list[Frame] = []
         if resource_version in ("", "0"):
-            for key in sorted(storage.objects):
+            for key in sorted(storage.objects, key=_key_text):
                 stored = storage.objects[key]
                 if watcher.matches(stored.obj):
                     replay.append(Frame("ADDED", stored.obj, stored.raw))
@@ -406,7 +432,7 @@ class Store:
         storage.watchers.add(watcher)
         self.watch_started.set()
         self.watch_started = trio.Event()
-        return watcher, replay
+        return watcher, replay, self.rv
 
     def drop_watches(self) -> int:
         count = 0
@@ -448,10 +474,8 @@ _CONTINUE_TOO_OLD = (
 )
 
 
-def _list_options_invalid(fld: str, value: str, detail: str) -> ApiError:
-    from trio_ccm.testing.apiserver.fielderrors import invalid as invalid_field
-
-    return errors.invalid("ListOptions", "meta.k8s.io", "", [invalid_field(fld, value, detail)])
+def list_options_invalid(*errs: FieldError) -> ApiError:
+    return errors.invalid("ListOptions", "meta.k8s.io", "", list(errs))
 
 
 _HEAD = ("kind", "apiVersion", "metadata")

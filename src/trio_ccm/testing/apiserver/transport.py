@@ -6,7 +6,7 @@ and closing the response ends the watch on the server, like closing an HTTP/1.1 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import httpx
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None] | None) -> None:
         self._chunks = chunks
+        self._cleanup = cleanup
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._chunks:
@@ -29,6 +30,8 @@ class _Body(httpx.AsyncByteStream):
         aclose = getattr(self._chunks, "aclose", None)
         if aclose is not None:
             await aclose()
+        if self._cleanup is not None:
+            self._cleanup()
 
 
 class ApiServerTransport(httpx.AsyncBaseTransport):
@@ -57,5 +60,8 @@ class ApiServerTransport(httpx.AsyncBaseTransport):
                 response.status, headers=headers, content=response.body, request=request
             )
         return httpx.Response(
-            response.status, headers=headers, stream=_Body(response.body), request=request
+            response.status,
+            headers=headers,
+            stream=_Body(response.body, response.cleanup),
+            request=request,
         )
