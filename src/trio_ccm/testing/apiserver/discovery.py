@@ -50,6 +50,17 @@ def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+def _names(rtype: AnyType) -> Obj:
+    """shortNames and categories, where the kind has them."""
+    names: Obj = {}
+    if isinstance(rtype, ResourceType):
+        if rtype.short_names:
+            names["shortNames"] = list(rtype.short_names)
+        if rtype.categories:
+            names["categories"] = list(rtype.categories)
+    return names
+
+
 def _response_group(rtype: AnyType, kind: str) -> Obj:
     """Legacy discovery names the group/version of a subresource of another group."""
     if kind == "TokenRequest":
@@ -84,11 +95,7 @@ def aggregated(types: Sequence[AnyType], *, core: bool, version: str) -> Obj:
                     "singularResource": rtype.singular,
                     "verbs": _verbs(rtype),
                 }
-                if isinstance(rtype, ResourceType):
-                    if rtype.short_names:
-                        entry["shortNames"] = list(rtype.short_names)
-                    if rtype.categories:
-                        entry["categories"] = list(rtype.categories)
+                entry.update(_names(rtype))
                 subs = [
                     {
                         "subresource": name,
@@ -154,11 +161,7 @@ def api_resource_list(types: Sequence[AnyType], group: str, version: str) -> Obj
             "kind": rtype.kind,
             "verbs": _verbs(rtype),
         }
-        if isinstance(rtype, ResourceType):
-            if rtype.short_names:
-                entry["shortNames"] = list(rtype.short_names)
-            if rtype.categories:
-                entry["categories"] = list(rtype.categories)
+        entry.update(_names(rtype))
         resources.append(entry)
         for name, kind, verbs in _subresources(rtype):
             resources.append(

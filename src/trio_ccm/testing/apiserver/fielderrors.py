@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import decimal
 import enum
+import functools
 import ipaddress
 import math
 import re
@@ -656,12 +657,23 @@ def _string_map(value: Any, what: str) -> Mapping[str, str]:
     return value
 
 
+@functools.lru_cache(maxsize=8192)
+def _qualified_name_messages(value: str) -> tuple[str, ...]:
+    """Cached: the same label and annotation keys are checked on every write."""
+    return tuple(is_qualified_name(value))
+
+
+@functools.lru_cache(maxsize=8192)
+def _label_value_messages(value: str) -> tuple[str, ...]:
+    return tuple(is_valid_label_value(value))
+
+
 def validate_labels(labels: Any, path: str) -> list[FieldError]:
     """``ValidateLabels``: keys are qualified names, values label values (keys sorted)."""
     errors: list[FieldError] = []
     for key, value in sorted(_string_map(labels, "labels").items()):
-        errors.extend(invalid(path, key, message) for message in is_qualified_name(key))
-        errors.extend(invalid(path, value, message) for message in is_valid_label_value(value))
+        errors.extend(invalid(path, key, message) for message in _qualified_name_messages(key))
+        errors.extend(invalid(path, value, message) for message in _label_value_messages(value))
     return errors
 
 
@@ -670,7 +682,9 @@ def validate_annotations(annotations: Any, path: str) -> list[FieldError]:
     mapping = _string_map(annotations, "annotations")
     errors: list[FieldError] = []
     for key in sorted(mapping):
-        errors.extend(invalid(path, key, message) for message in is_qualified_name(key.lower()))
+        errors.extend(
+            invalid(path, key, message) for message in _qualified_name_messages(key.lower())
+        )
     total = sum(_byte_len(key) + _byte_len(value) for key, value in mapping.items())
     if total > TOTAL_ANNOTATION_SIZE_LIMIT_BYTES:
         errors.append(too_long(path, "", TOTAL_ANNOTATION_SIZE_LIMIT_BYTES))

@@ -98,10 +98,6 @@ def validate_metadata(rtype: ResourceType, obj: Obj) -> list[FieldError]:
     return errs
 
 
-def _status_kind(rtype: ResourceType) -> str:
-    return rtype.kind
-
-
 class Registry:
     """The write path for stored kinds."""
 
@@ -372,8 +368,6 @@ class Registry:
     ) -> Obj:
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
-        if rtype.plural != stype.plural or rtype.group != stype.group:
-            current = self.store.get(stype, namespace, name)
         original = self.external(rtype, current.obj)
         try:
             if content_type == JSON_PATCH:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import httpx
+import trio
 
 from trio_ccm.testing.apiserver.server import Request
 
@@ -45,6 +46,9 @@ class ApiServerTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(
                 "[Errno 111] Connection refused (emulated outage)", request=request
             )
+        # A real request yields to the scheduler; without this a write loop would starve
+        # every watch stream and the watchers would be cut off for falling behind.
+        await trio.lowlevel.checkpoint()
         body = await request.aread()
         ours = Request.build(
             request.method,

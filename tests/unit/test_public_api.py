@@ -1,0 +1,38 @@
+"""The public surface is deliberate: adding or removing a name must change this test."""
+
+from __future__ import annotations
+
+import pytest
+
+import trio_ccm
+import trio_ccm.testing.apiserver
+
+
+@pytest.mark.parametrize(
+    ("module", "names"),
+    [
+        pytest.param(trio_ccm, ["__version__"], id="trio_ccm"),
+        pytest.param(
+            trio_ccm.testing.apiserver,
+            [
+                "ApiError",
+                "ApiServer",
+                "ApiServerTransport",
+                "FaultRule",
+                "Faults",
+                "Listening",
+                "Request",
+                "Response",
+                "User",
+                "serve_apiserver",
+            ],
+            id="testing.apiserver",
+        ),
+    ],
+)
+def test_exported_names(module: object, names: list[str]) -> None:
+    """Each public module exports exactly the listed names, all of them importable."""
+    exported = module.__all__  # type: ignore[attr-defined]
+    assert sorted(exported) == sorted(names)
+    for name in exported:
+        assert getattr(module, name) is not None
