@@ -370,7 +370,11 @@ class Store:
         """Store `obj` (ADDED/MODIFIED) or remove it (DELETED) at the next resourceVersion."""
         storage = self.storage(rtype)
         self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rv)
+        for attr in _OMIT_EMPTY:
+            if attr in meta and not meta[attr]:
+                del meta[attr]  # Go's omitempty: empty lists and maps are not serialised
         obj = ordered(obj)
         raw = encode(obj)
         stored = Stored(obj, raw, self.rv)
@@ -479,6 +483,7 @@ def list_options_invalid(*errs: FieldError) -> ApiError:
 
 
 _HEAD = ("kind", "apiVersion", "metadata")
+_OMIT_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
 
 
 def ordered(obj: Obj) -> Obj:

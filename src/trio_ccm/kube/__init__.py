@@ -1,0 +1,1 @@
+"""The Kubernetes side: connection config, client, informers, patches, Events."""

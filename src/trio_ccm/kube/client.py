@@ -1,0 +1,546 @@
+"""KubeClient: typed verbs over httpx (HTTP/1.1), with the API's errors as exceptions.
+
+- `Status` bodies become exceptions in exactly one place (`error_from_response`).
+- A client-side token bucket (`--kube-api-qps`/`--kube-api-burst`, 20/30 as the Go CCM)
+  paces every request; the time spent waiting is a metric.
+- Idempotent verbs (get, list, opening a watch) are retried on 5xx and connection errors;
+  any verb is retried on 429 (the server did not process it). `Retry-After` wins over the
+  capped exponential backoff. A 401 refreshes the credentials once.
+- Connection and TLS failures are explained: under Trio httpx's own message is empty and
+  the reason sits several exceptions down the cause chain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar, overload
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+import trio
+
+from trio_ccm._version import __version__
+from trio_ccm.errors import CcmError
+from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
+from trio_ccm.kube.objects import ObjectList, Resource, Status, WatchEvent
+from trio_ccm.kube.patches import JSONValue, Patch
+from trio_ccm.metrics import ClientMetrics
+
+T = TypeVar("T")
+
+DEFAULT_QPS = 20.0
+DEFAULT_BURST = 30
+_BACKOFF_BASE_S = 0.2
+_BACKOFF_CAP_S = 5.0
+_RETRY_AFTER_CAP_S = 60.0
+
+
+# -- the exception tree ------------------------------------------------------------------
+class KubeError(CcmError):
+    """Anything that went wrong talking to the API server."""
+
+
+class KubeConnectionError(KubeError):
+    """The API server could not be reached (refused, DNS, TLS, reset)."""
+
+
+class KubeApiError(KubeError):
+    """The API server answered with an error `Status`."""
+
+    def __init__(self, status: Status, *, method: str, path: str) -> None:
+        self.status = status
+        self.code = status.code
+        self.reason = status.reason
+        self.method = method
+        self.path = path
+        details = status.details
+        self.retry_after_s: float | None = (
+            float(details.retry_after_seconds)
+            if details is not None and details.retry_after_seconds
+            else None
+        )
+        super().__init__(f"{method} {path}: {status.code} {status.reason}: {status.message}")
+
+    @property
+    def message(self) -> str:
+        return self.status.message
+
+
+class BadRequestError(KubeApiError):
+    pass
+
+
+class UnauthorizedError(KubeApiError):
+    pass
+
+
+class ForbiddenError(KubeApiError):
+    pass
+
+
+class NotFoundError(KubeApiError):
+    pass
+
+
+class ConflictError(KubeApiError):
+    """409 Conflict: a stale resourceVersion or a failed precondition."""
+
+
+class AlreadyExistsError(KubeApiError):
+    pass
+
+
+class GoneError(KubeApiError):
+    """410: the resourceVersion (or continue token) is too old; relist."""
+
+
+class InvalidError(KubeApiError):
+    """422: validation failed, or a JSON-patch `test` did not hold."""
+
+
+class TooManyRequestsError(KubeApiError):
+    pass
+
+
+class ServerError(KubeApiError):
+    """5xx."""
+
+
+_BY_CODE: dict[int, type[KubeApiError]] = {
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    422: InvalidError,
+    429: TooManyRequestsError,
+}
+
+_status_decoder = msgspec.json.Decoder(Status)
+
+
+def error_from_status(status: Status, *, method: str, path: str) -> KubeApiError:
+    """The exception for a `Status` (also used for watch ERROR events)."""
+    if status.code == 409 and status.reason == "AlreadyExists":
+        return AlreadyExistsError(status, method=method, path=path)
+    kind = _BY_CODE.get(status.code) or (ServerError if status.code >= 500 else KubeApiError)
+    return kind(status, method=method, path=path)
+
+
+def error_from_response(
+    method: str, path: str, code: int, body: bytes, headers: Mapping[str, str]
+) -> KubeApiError:
+    """The one place an error response becomes an exception."""
+    try:
+        status = _status_decoder.decode(body)
+    except msgspec.DecodeError:
+        text = body[:200].decode(errors="replace").strip()
+        status = Status(status="Failure", message=text or f"HTTP {code}", code=code)
+    if not status.code:
+        status = msgspec.structs.replace(status, code=code)
+    error = error_from_status(status, method=method, path=path)
+    retry_after = headers.get("retry-after")
+    if retry_after:
+        with contextlib.suppress(ValueError):
+            error.retry_after_s = float(retry_after)
+    return error
+
+
+def explain_connection_error(config: ConnectionConfig, exc: BaseException) -> str:
+    """A readable reason for a transport failure (walks the cause chain)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return (
+                f"TLS: the certificate of {config.server} is not trusted "
+                f"({current.verify_message}); check certificate-authority in "
+                f"{config.source or 'the connection settings'}"
+            )
+        if isinstance(current, ssl.SSLError):
+            return f"TLS handshake with {config.server} failed: {current.reason or current}"
+        if isinstance(current, ConnectionRefusedError):
+            return f"connection to {config.server} refused"
+        if isinstance(current, OSError) and current.strerror:
+            return f"cannot connect to {config.server}: {current.strerror}"
+        if str(current):
+            text = str(current)
+            if isinstance(current, httpx.RemoteProtocolError):
+                text += " (if the server requires a client certificate, check client-certificate)"
+            return f"{config.server}: {text}"
+        current = current.__cause__ or current.__context__
+    return f"{config.server}: {type(exc).__name__}"
+
+
+def _permanent(exc: BaseException) -> bool:
+    """Failures a retry cannot fix: the server's certificate is not trusted."""
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# -- rate limiting -----------------------------------------------------------------------
+class TokenBucket:
+    """qps tokens per second, up to `burst` saved; callers wait in arrival order."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        if qps > 0 and burst < 1:
+            raise ValueError("burst must be at least 1 when qps is limited")
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._updated: float | None = None
+
+    async def acquire(self) -> float:
+        """Take one token; returns the seconds waited."""
+        if self.qps <= 0:
+            await trio.lowlevel.checkpoint()
+            return 0.0
+        now = trio.current_time()
+        if self._updated is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.qps)
+        self._updated = now
+        self._tokens -= 1.0  # reserve now, so later callers queue behind us
+        if self._tokens >= 0:
+            await trio.lowlevel.checkpoint()
+            return 0.0
+        wait = -self._tokens / self.qps
+        await trio.sleep(wait)
+        return wait
+
+
+# -- the client --------------------------------------------------------------------------
+class KubeClient:
+    """Typed verbs for any resource. Use `open_kube_client` to get one."""
+
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        *,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        component: str = "",
+        metrics: ClientMetrics | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_retries: int = 5,
+    ) -> None:
+        self.config = config
+        self.component = component
+        self.user_agent = f"trio-ccm/{__version__}" + (f" ({component})" if component else "")
+        self.metrics = metrics
+        self.max_retries = max_retries
+        self._bucket = TokenBucket(qps, burst)
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._identity: ClientIdentity | None = None
+        self._host = urlsplit(config.server).netloc
+        self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- plumbing ---------------------------------------------------------------------
+    async def _client(self) -> tuple[httpx.AsyncClient, ClientIdentity]:
+        identity = await self.config.credentials.get()
+        previous = self._identity
+        if (
+            self._http is None
+            or previous is None
+            or (identity.cert_pem, identity.key_pem) != (previous.cert_pem, previous.key_pem)
+        ):
+            if self._http is not None:
+                await self._http.aclose()
+            context = self.config.ssl_context(identity)
+            self._http = httpx.AsyncClient(
+                base_url=self.config.server,
+                transport=self._transport,
+                verify=context if context is not None else True,
+                http1=True,
+                http2=False,
+                timeout=httpx.Timeout(60.0, connect=15.0),
+                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+            )
+        self._identity = identity
+        return self._http, identity
+
+    def _decoder(self, kind: Any) -> msgspec.json.Decoder[Any]:
+        decoder = self._decoders.get(kind)
+        if decoder is None:
+            decoder = self._decoders[kind] = msgspec.json.Decoder(kind)
+        return decoder
+
+    def decode(self, data: bytes | msgspec.Raw, kind: type[T]) -> T:
+        result: T = self._decoder(kind).decode(data)
+        return result
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        verb: str,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        """Send one API request with rate limiting, auth, retries and error mapping."""
+        idempotent = method == "GET"
+        attempt = 0
+        refreshed = False
+        while True:
+            waited = await self._bucket.acquire()
+            if self.metrics is not None:
+                self.metrics.rate_limiter.labels(verb, self._host).observe(waited)
+            http, identity = await self._client()
+            headers = {}
+            if identity.token:
+                headers["Authorization"] = f"Bearer {identity.token}"
+            if content_type:
+                headers["Content-Type"] = content_type
+            started = trio.current_time()
+            built = http.build_request(
+                method,
+                path,
+                params=params,
+                content=content,
+                headers=headers,
+                timeout=httpx.Timeout(60.0, connect=15.0, read=None) if stream else None,
+            )
+            try:
+                response = await http.send(built, stream=stream)
+            except httpx.TransportError as exc:
+                unreachable = KubeConnectionError(
+                    f"{method} {path}: {explain_connection_error(self.config, exc)}"
+                )
+                if idempotent and attempt < self.max_retries and not _permanent(exc):
+                    attempt += 1
+                    self._count_retry("<error>", verb)
+                    await trio.sleep(self._backoff(attempt))
+                    continue
+                raise unreachable from exc
+            if self.metrics is not None:
+                code = str(response.status_code)
+                self.metrics.requests.labels(code, method, self._host).inc()
+                self.metrics.duration.labels(verb, self._host).observe(
+                    trio.current_time() - started
+                )
+            if response.status_code < 400:
+                return response
+            body = await response.aread()
+            await response.aclose()
+            error = error_from_response(method, path, response.status_code, body, response.headers)
+            if response.status_code == 401 and not refreshed:
+                refreshed = True
+                self.config.credentials.invalidate()
+                continue
+            retryable = response.status_code == 429 or (idempotent and response.status_code >= 500)
+            if retryable and attempt < self.max_retries:
+                attempt += 1
+                self._count_retry(str(response.status_code), verb)
+                delay = error.retry_after_s
+                if delay is None:
+                    delay = self._backoff(attempt)
+                await trio.sleep(min(delay, _RETRY_AFTER_CAP_S))
+                continue
+            raise error
+
+    def _count_retry(self, code: str, verb: str) -> None:
+        if self.metrics is not None:
+            self.metrics.retries.labels(code, verb, self._host).inc()
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        return float(min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 1)))
+
+    # -- verbs ------------------------------------------------------------------------
+    @overload
+    async def get(self, resource: Resource, name: str, *, namespace: str = "") -> Any: ...
+    @overload
+    async def get(
+        self, resource: Resource, name: str, *, namespace: str = "", type: type[T]
+    ) -> T: ...
+    async def get(
+        self, resource: Resource, name: str, *, namespace: str = "", type: Any = None
+    ) -> Any:
+        response = await self.request("GET", resource.path(namespace, name), verb="GET")
+        return self.decode(response.content, type or Any)
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        type: type[T],
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+    ) -> ObjectList[T]:
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if limit:
+            params["limit"] = str(limit)
+        if continue_token:
+            params["continue"] = continue_token
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        response = await self.request("GET", resource.path(namespace), verb="LIST", params=params)
+        return self.decode(response.content, ObjectList[type])  # type: ignore[valid-type]
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str = "",
+        timeout_s: int | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """Open a watch (with bookmarks); iterate its events; leaving the block closes it.
+
+        An ERROR event is raised as its exception (GoneError for 410: relist).
+        """
+        params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": resource_version}
+        if timeout_s is not None:
+            params["timeoutSeconds"] = str(int(timeout_s))
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        path = resource.path(namespace)
+        response = await self.request("GET", path, verb="WATCH", params=params, stream=True)
+        try:
+            yield self._events(response, path)
+        finally:
+            await response.aclose()
+
+    async def _events(self, response: httpx.Response, path: str) -> AsyncIterator[WatchEvent]:
+        decoder = self._decoder(WatchEvent)
+        pending = b""
+        async for chunk in response.aiter_bytes():
+            pending += chunk
+            if b"\n" not in chunk:
+                continue
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                event: WatchEvent = decoder.decode(line)
+                if event.type == "ERROR":
+                    status = _status_decoder.decode(event.object)
+                    raise error_from_status(status, method="WATCH", path=path)
+                yield event
+
+    async def create(
+        self, resource: Resource, body: Mapping[str, JSONValue], *, namespace: str = ""
+    ) -> Any:
+        response = await self.request(
+            "POST",
+            resource.path(namespace),
+            verb="POST",
+            content=msgspec.json.encode(body),
+            content_type="application/json",
+        )
+        return msgspec.json.decode(response.content)
+
+    async def update(
+        self,
+        resource: Resource,
+        name: str,
+        body: Mapping[str, JSONValue],
+        *,
+        namespace: str = "",
+        subresource: str = "",
+    ) -> Any:
+        response = await self.request(
+            "PUT",
+            resource.path(namespace, name, subresource),
+            verb="PUT",
+            content=msgspec.json.encode(body),
+            content_type="application/json",
+        )
+        return msgspec.json.decode(response.content)
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Patch,
+        *,
+        namespace: str = "",
+        subresource: str = "",
+    ) -> Any:
+        """Send a patch; returns the patched object as JSON."""
+        response = await self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            verb="PATCH",
+            content=msgspec.json.encode(patch.document),
+            content_type=patch.content_type,
+        )
+        return msgspec.json.decode(response.content)
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str = "",
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """Delete, optionally only if the object still has this uid / resourceVersion."""
+        preconditions: dict[str, str] = {}
+        if uid is not None:
+            preconditions["uid"] = uid
+        if resource_version is not None:
+            preconditions["resourceVersion"] = resource_version
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            body["preconditions"] = preconditions  # type: ignore[assignment]
+        await self.request(
+            "DELETE",
+            resource.path(namespace, name),
+            verb="DELETE",
+            content=msgspec.json.encode(body),
+            content_type="application/json",
+        )
+
+
+@asynccontextmanager
+async def open_kube_client(
+    config: ConnectionConfig,
+    *,
+    qps: float = DEFAULT_QPS,
+    burst: int = DEFAULT_BURST,
+    component: str = "",
+    metrics: ClientMetrics | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[KubeClient]:
+    """A KubeClient closed on exit."""
+    client = KubeClient(
+        config, qps=qps, burst=burst, component=component, metrics=metrics, transport=transport
+    )
+    try:
+        yield client
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await client.aclose()

@@ -1,0 +1,237 @@
+"""Informer: keeps a cache of one resource in step with the API server.
+
+list (pages of 500) -> watch from the list's resourceVersion (bookmarks, a random server
+timeout of 5-10 min, an inactivity deadline) -> on stream end, re-watch from the last
+version; on 410, relist; on errors, back off and retry. A relist replaces the cache and
+reports objects that vanished meanwhile as deleted. A periodic relist (upstream's resync)
+delivers only real changes.
+
+Subscribers get a `Mailbox` of key -> latest object (None once deleted): they see the newest
+state of every changed object, never an unbounded queue of intermediate ones.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Generic, NoReturn, TypeVar
+
+import msgspec
+import structlog
+import trio
+
+from trio_ccm.kube.client import GoneError, KubeClient, KubeError
+from trio_ccm.kube.objects import Object, Resource
+from trio_ccm.mailbox import Mailbox
+
+T = TypeVar("T", bound=Object)
+log = structlog.get_logger("trio_ccm.kube.informer")
+
+PAGE_SIZE = 500
+
+
+class Informer(Generic[T]):
+    """One resource's cache, kept current; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        kind: type[T],
+        *,
+        namespace: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        resync_period_s: float = 12 * 3600.0,
+        watch_timeout_s: tuple[float, float] = (300.0, 600.0),
+        inactivity_s: float = 150.0,
+        backoff_s: tuple[float, float] = (0.8, 30.0),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.kind = kind
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.resync_period_s = resync_period_s
+        self.watch_timeout_s = watch_timeout_s
+        self.inactivity_s = inactivity_s
+        self.backoff_s = backoff_s
+        self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+        self._cache: dict[str, T] = {}
+        self._subscribers: list[Mailbox[str, T | None]] = []
+        self._synced = trio.Event()
+        self.resource_version = ""
+        self.last_activity = -math.inf  # trio time of the last list, event or bookmark
+        self.relists = 0
+        self.watches = 0
+        self.errors = 0
+
+    # -- reading ----------------------------------------------------------------------
+    def get(self, key: str) -> T | None:
+        return self._cache.get(key)
+
+    def items(self) -> list[T]:
+        return list(self._cache.values())
+
+    def keys(self) -> list[str]:
+        return list(self._cache)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        """Return once the first full list is in the cache."""
+        await self._synced.wait()
+
+    # -- subscribers ------------------------------------------------------------------
+    def subscribe(self) -> Mailbox[str, T | None]:
+        """A mailbox that receives every key that changes (and, at once, every cached key)."""
+        mailbox: Mailbox[str, T | None] = Mailbox()
+        for key, obj in self._cache.items():
+            mailbox.put(key, obj)
+        self._subscribers.append(mailbox)
+        return mailbox
+
+    def unsubscribe(self, mailbox: Mailbox[str, T | None]) -> None:
+        if mailbox in self._subscribers:
+            self._subscribers.remove(mailbox)
+
+    def _notify(self, key: str, obj: T | None) -> None:
+        for mailbox in self._subscribers:
+            mailbox.put(key, obj)
+
+    # -- the loop ---------------------------------------------------------------------
+    async def serve(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Run forever; `task_status.started()` once the cache holds the first full list."""
+        failures = 0
+        started = False
+        while True:
+            try:
+                await self._relist()
+                if not started:
+                    started = True
+                    task_status.started()
+                failures = 0
+                await self._watch_until_relist()
+            except KubeError as exc:
+                self.errors += 1
+                failures += 1
+                delay = self._backoff(failures)
+                log.warning(
+                    "informer.failed",
+                    resource=self.resource.plural,
+                    error=str(exc),
+                    retry_in_s=round(delay, 3),
+                )
+                await trio.sleep(delay)
+
+    def _backoff(self, failures: int) -> float:
+        base, cap = self.backoff_s
+        return float(min(cap, base * 2 ** (failures - 1)) * self.rng.uniform(1.0, 1.5))
+
+    async def _relist(self) -> None:
+        """A full paginated list that replaces the cache and notifies real changes."""
+        fresh: dict[str, T] = {}
+        continue_token = ""
+        while True:
+            try:
+                page = await self.client.list(
+                    self.resource,
+                    type=self.kind,
+                    namespace=self.namespace,
+                    label_selector=self.label_selector,
+                    field_selector=self.field_selector,
+                    limit=PAGE_SIZE,
+                    continue_token=continue_token,
+                )
+            except GoneError:
+                if not continue_token:
+                    raise
+                # The continue token expired between pages: start the list again.
+                fresh, continue_token = {}, ""
+                continue
+            for obj in page.items:
+                fresh[obj.key] = obj
+            continue_token = page.metadata.continue_
+            if not continue_token:
+                break
+        self.relists += 1
+        old = self._cache
+        self._cache = fresh
+        self.resource_version = page.metadata.resource_version
+        self.last_activity = trio.current_time()
+        for key in [k for k in old if k not in fresh]:
+            self._notify(key, None)
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None or (
+                before.metadata.resource_version != obj.metadata.resource_version
+            ):
+                self._notify(key, obj)
+        if not self._synced.is_set():
+            self._synced.set()
+            log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
+
+    async def _watch_until_relist(self) -> None:
+        """Watch from the current version; return when a relist is due (410 or resync)."""
+        resync_at = trio.current_time() + self.resync_period_s
+        while trio.current_time() < resync_at:
+            timeout_s = self.rng.uniform(*self.watch_timeout_s)
+            try:
+                with trio.move_on_at(resync_at):
+                    await self._watch_once(timeout_s)
+            except GoneError:
+                log.info(
+                    "watch.expired",
+                    resource=self.resource.plural,
+                    resource_version=self.resource_version,
+                )
+                return
+
+    async def _watch_once(self, timeout_s: float) -> None:
+        """One watch request, until the server ends it or it goes quiet for too long."""
+        self.watches += 1
+        decode: Callable[[msgspec.Raw], T] = lambda raw: self.client.decode(raw, self.kind)  # noqa: E731
+        async with self.client.watch(
+            self.resource,
+            resource_version=self.resource_version,
+            namespace=self.namespace,
+            timeout_s=math.ceil(timeout_s),
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+        ) as events:
+            iterator = aiter(events)
+            while True:
+                with trio.move_on_after(self.inactivity_s) as quiet:
+                    try:
+                        event = await anext(iterator)
+                    except StopAsyncIteration:
+                        return
+                if quiet.cancelled_caught:
+                    log.warning(
+                        "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
+                    )
+                    return
+                self.last_activity = trio.current_time()
+                if event.type == "BOOKMARK":
+                    marker = self.client.decode(event.object, Object)
+                    self.resource_version = marker.metadata.resource_version
+                    continue
+                obj = decode(event.object)
+                self.resource_version = obj.metadata.resource_version
+                key = obj.key
+                if event.type == "DELETED":
+                    if self._cache.pop(key, None) is not None:
+                        self._notify(key, None)
+                else:
+                    self._cache[key] = obj
+                    self._notify(key, obj)

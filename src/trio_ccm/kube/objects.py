@@ -1,0 +1,264 @@
+"""msgspec Structs for the fields controllers read, and the resources they live at.
+
+Decoded objects drop every field not declared here, so they are never written back with
+PUT: writes are patches built from plain JSON (`patches.py`). Structs are frozen and
+`gc=False` (they hold no cycles), which keeps a large cache cheap for the garbage collector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class _Base(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
+    pass
+
+
+class OwnerReference(_Base, frozen=True, gc=False):
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ObjectMeta(_Base, frozen=True, gc=False):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    finalizers: tuple[str, ...] = ()
+    owner_references: tuple[OwnerReference, ...] = ()
+
+
+class Object(_Base, frozen=True, gc=False):
+    """Any object: just its metadata (what informers need to key and version it)."""
+
+    metadata: ObjectMeta = ObjectMeta()
+
+    @property
+    def key(self) -> str:
+        """upstream's MetaNamespaceKeyFunc: "namespace/name", or "name" when cluster-scoped."""
+        meta = self.metadata
+        return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+
+
+# -- Node --------------------------------------------------------------------------------
+class Taint(_Base, frozen=True, gc=False):
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+    time_added: str | None = None
+
+
+class NodeSpec(_Base, frozen=True, gc=False):
+    provider_id: str = msgspec.field(default="", name="providerID")
+    pod_cidr: str = msgspec.field(default="", name="podCIDR")
+    pod_cidrs: tuple[str, ...] = msgspec.field(default=(), name="podCIDRs")
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+
+class NodeAddress(_Base, frozen=True, gc=False):
+    type: str = ""
+    address: str = ""
+
+
+class Condition(_Base, frozen=True, gc=False):
+    """A condition; only what controllers compare (no heartbeat times)."""
+
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class NodeStatus(_Base, frozen=True, gc=False):
+    addresses: tuple[NodeAddress, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+
+
+class Node(Object, frozen=True, gc=False):
+    spec: NodeSpec = NodeSpec()
+    status: NodeStatus = NodeStatus()
+
+
+# -- Service -----------------------------------------------------------------------------
+class ServicePort(_Base, frozen=True, gc=False):
+    name: str = ""
+    protocol: str = "TCP"
+    port: int = 0
+    target_port: int | str | None = None
+    node_port: int = 0
+    app_protocol: str | None = None
+
+
+class PortStatus(_Base, frozen=True, gc=False):
+    port: int = 0
+    protocol: str = "TCP"
+    error: str | None = None
+
+
+class LoadBalancerIngress(_Base, frozen=True, gc=False):
+    ip: str = ""
+    hostname: str = ""
+    ip_mode: str | None = None
+    ports: tuple[PortStatus, ...] = ()
+
+
+class LoadBalancerStatus(_Base, frozen=True, gc=False):
+    ingress: tuple[LoadBalancerIngress, ...] = ()
+
+
+class ServiceSpec(_Base, frozen=True, gc=False):
+    type: str = "ClusterIP"
+    ports: tuple[ServicePort, ...] = ()
+    selector: dict[str, str] = {}
+    cluster_ip: str = msgspec.field(default="", name="clusterIP")
+    cluster_ips: tuple[str, ...] = msgspec.field(default=(), name="clusterIPs")
+    external_ips: tuple[str, ...] = msgspec.field(default=(), name="externalIPs")
+    external_traffic_policy: str = ""
+    internal_traffic_policy: str = ""
+    health_check_node_port: int = 0
+    load_balancer_class: str | None = None
+    load_balancer_ip: str = msgspec.field(default="", name="loadBalancerIP")
+    load_balancer_source_ranges: tuple[str, ...] = ()
+    allocate_load_balancer_node_ports: bool | None = None
+    session_affinity: str = ""
+    ip_families: tuple[str, ...] = ()
+    ip_family_policy: str = ""
+
+
+class ServiceStatus(_Base, frozen=True, gc=False):
+    load_balancer: LoadBalancerStatus = LoadBalancerStatus()
+    conditions: tuple[Condition, ...] = ()
+
+
+class Service(Object, frozen=True, gc=False):
+    spec: ServiceSpec = ServiceSpec()
+    status: ServiceStatus = ServiceStatus()
+
+
+# -- Lease -------------------------------------------------------------------------------
+class LeaseSpec(_Base, frozen=True, gc=False):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = None
+    renew_time: str | None = None
+    lease_transitions: int | None = None
+
+
+class Lease(Object, frozen=True, gc=False):
+    spec: LeaseSpec = LeaseSpec()
+
+
+# -- Event -------------------------------------------------------------------------------
+class ObjectReference(_Base, frozen=True, gc=False):
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    api_version: str = ""
+    resource_version: str = ""
+    field_path: str = ""
+
+
+class EventSource(_Base, frozen=True, gc=False):
+    component: str = ""
+    host: str = ""
+
+
+class Event(Object, frozen=True, gc=False):
+    involved_object: ObjectReference = ObjectReference()
+    reason: str = ""
+    message: str = ""
+    type: str = ""
+    count: int = 0
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
+    source: EventSource = EventSource()
+    reporting_component: str = ""
+    reporting_instance: str = ""
+
+
+# -- envelopes ---------------------------------------------------------------------------
+class ListMeta(_Base, frozen=True, gc=False):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+    remaining_item_count: int | None = None
+
+
+class ObjectList(_Base, Generic[T], frozen=True, gc=False):
+    metadata: ListMeta = ListMeta()
+    items: tuple[T, ...] = ()
+
+
+class WatchEvent(msgspec.Struct, frozen=True, gc=False):
+    """One line of a watch stream; `object` is decoded later, by type."""
+
+    type: str
+    object: msgspec.Raw
+
+
+class StatusDetails(_Base, frozen=True, gc=False):
+    name: str = ""
+    group: str = ""
+    kind: str = ""
+    retry_after_seconds: int = 0
+    causes: tuple[dict[str, str], ...] = ()
+
+
+class Status(_Base, frozen=True, gc=False):
+    """A `Status` body: what the API server answers for errors."""
+
+    status: str = ""
+    message: str = ""
+    reason: str = ""
+    code: int = 0
+    details: StatusDetails | None = None
+    metadata: dict[str, str] = {}
+
+
+# -- resources ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str = "", name: str = "", subresource: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)

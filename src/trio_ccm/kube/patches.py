@@ -1,0 +1,142 @@
+"""Pure builders of the patches controllers send: nothing here does I/O.
+
+Each builder returns a `Patch` (content type + JSON document). Lists the API server would
+merge oddly are written with JSON patches guarded by `test` operations, so a concurrent
+change makes the write fail with 422 instead of silently losing someone else's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+MERGE: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC: Final = "application/strategic-merge-patch+json"
+PatchType = Literal[
+    "application/merge-patch+json",
+    "application/json-patch+json",
+    "application/strategic-merge-patch+json",
+]
+
+
+@dataclass(frozen=True)
+class Patch:
+    content_type: PatchType
+    document: JSONValue
+
+    @property
+    def empty(self) -> bool:
+        return self.document in ({}, [], None)
+
+
+def _guarded_replace(path: str, current: Sequence[JSONValue] | None, new: list[JSONValue]) -> Patch:
+    """Replace the list at `path` only if it still holds `current`.
+
+    An empty `current` means absent: the API server omits empty lists (omitempty), and a
+    `test` for null passes on a missing member (json-patch v4, as upstream uses).
+    """
+    if not current:
+        return Patch(
+            JSON_PATCH,
+            [
+                {"op": "test", "path": path, "value": None},
+                {"op": "add", "path": path, "value": new},
+            ],
+        )
+    return Patch(
+        JSON_PATCH,
+        [
+            {"op": "test", "path": path, "value": list(current)},
+            {"op": "replace", "path": path, "value": new},
+        ],
+    )
+
+
+def add_finalizer(current: Sequence[str] | None, finalizer: str) -> Patch:
+    """Add `finalizer` if missing; guarded by the finalizers seen (empty patch if present)."""
+    existing = list(current or ())
+    if finalizer in existing:
+        return Patch(JSON_PATCH, [])
+    return _guarded_replace("/metadata/finalizers", current, [*existing, finalizer])
+
+
+def remove_finalizer(current: Sequence[str] | None, finalizer: str) -> Patch:
+    """Remove `finalizer`, guarded by the finalizers seen (empty patch if absent)."""
+    existing = list(current or ())
+    if finalizer not in existing:
+        return Patch(JSON_PATCH, [])
+    return _guarded_replace(
+        "/metadata/finalizers", existing, [f for f in existing if f != finalizer]
+    )
+
+
+def _taint_json(taint: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
+    return {k: v for k, v in taint.items() if v not in (None, "")}
+
+
+def add_taint(
+    current: Sequence[Mapping[str, JSONValue]] | None, taint: Mapping[str, JSONValue]
+) -> Patch:
+    """Add a taint (key+effect unique, as the API requires), guarded by the taints seen."""
+    existing = [_taint_json(t) for t in current or ()]
+    wanted = _taint_json(taint)
+    same = [
+        t
+        for t in existing
+        if t.get("key") == wanted.get("key") and t.get("effect") == wanted.get("effect")
+    ]
+    if same == [wanted]:
+        return Patch(JSON_PATCH, [])
+    others = [t for t in existing if t not in same]
+    new: list[JSONValue] = [*others, wanted]
+    return _guarded_replace("/spec/taints", existing if current else None, new)
+
+
+def remove_taint(
+    current: Sequence[Mapping[str, JSONValue]] | None, key: str, effect: str | None = None
+) -> Patch:
+    """Remove taints with `key` (and `effect`, if given), guarded by the taints seen."""
+    existing = [_taint_json(t) for t in current or ()]
+    kept: list[JSONValue] = [
+        t
+        for t in existing
+        if not (t.get("key") == key and (effect is None or t.get("effect") == effect))
+    ]
+    if len(kept) == len(existing):
+        return Patch(JSON_PATCH, [])
+    return _guarded_replace("/spec/taints", existing, kept)
+
+
+def set_labels(labels: Mapping[str, str | None]) -> Patch:
+    """Set (or, with None, remove) labels; other labels are left alone."""
+    return Patch(MERGE, {"metadata": {"labels": dict(labels)}} if labels else {})
+
+
+def set_annotations(annotations: Mapping[str, str | None]) -> Patch:
+    return Patch(MERGE, {"metadata": {"annotations": dict(annotations)}} if annotations else {})
+
+
+def set_provider_id(provider_id: str) -> Patch:
+    return Patch(MERGE, {"spec": {"providerID": provider_id}})
+
+
+def set_condition(condition: Mapping[str, JSONValue]) -> Patch:
+    """A status condition, merged by `type` (send to the status subresource)."""
+    return Patch(STRATEGIC, {"status": {"conditions": [dict(condition)]}})
+
+
+def set_node_addresses(addresses: Iterable[Mapping[str, str]]) -> Patch:
+    """Replace status.addresses whole (a strategic patch would merge them by type, which
+    loses the second address of a type); send to nodes/status."""
+    return Patch(MERGE, {"status": {"addresses": [dict(a) for a in addresses]}})
+
+
+def set_load_balancer_status(ingress: Iterable[Mapping[str, JSONValue]]) -> Patch:
+    """Replace status.loadBalancer (send to services/status)."""
+    listed: list[JSONValue] = [dict(i) for i in ingress]
+    # An empty list would be merged away; null removes the ingress field itself.
+    return Patch(MERGE, {"status": {"loadBalancer": {"ingress": listed or None}}})

@@ -1,0 +1,105 @@
+"""The coalescing per-key mailbox: the one hand-off primitive between tasks.
+
+`put(key, value)` never blocks and keeps only the latest value per key, so memory is
+bounded by the number of distinct keys, not by the rate of changes: a slow receiver that
+missed five updates of a key sees only the last one. Keys come out in the order they first
+became pending (a key updated while pending keeps its place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import trio
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class MailboxStatistics:
+    pending: int
+    puts: int
+    coalesced: int
+    receivers_waiting: int
+    closed: bool
+
+
+class Mailbox(Generic[K, V]):
+    """Latest value per key plus a wake-up; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._pending: dict[K, V] = {}
+        self._wakeup = trio.Event()
+        self._closed = False
+        self._puts = 0
+        self._coalesced = 0
+        self._waiting = 0
+
+    def put(self, key: K, value: V) -> None:
+        """Hand over the latest value for `key` (replaces a pending one; never blocks)."""
+        if self._closed:
+            raise trio.ClosedResourceError("mailbox is closed")
+        self._puts += 1
+        if key in self._pending:
+            self._coalesced += 1
+        self._pending[key] = value
+        self._wakeup.set()
+
+    def get_nowait(self) -> tuple[K, V]:
+        if not self._pending:
+            if self._closed:
+                raise trio.EndOfChannel
+            raise trio.WouldBlock
+        key = next(iter(self._pending))
+        return key, self._pending.pop(key)
+
+    async def get(self) -> tuple[K, V]:
+        """The oldest pending key and its latest value; EndOfChannel once closed and empty."""
+        while True:
+            try:
+                item = self.get_nowait()
+            except trio.WouldBlock:
+                pass
+            else:
+                await trio.lowlevel.checkpoint()
+                return item
+            self._wakeup = trio.Event()
+            self._waiting += 1
+            try:
+                await self._wakeup.wait()
+            finally:
+                self._waiting -= 1
+
+    def take(self, key: K) -> tuple[bool, V | None]:
+        """Remove and return the pending value of `key`: (True, value) or (False, None)."""
+        if key in self._pending:
+            return True, self._pending.pop(key)
+        return False, None
+
+    def pending(self, key: K) -> bool:
+        return key in self._pending
+
+    def close(self) -> None:
+        """No more puts; receivers drain what is pending, then get EndOfChannel."""
+        self._closed = True
+        self._wakeup.set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __aiter__(self) -> Mailbox[K, V]:
+        return self
+
+    async def __anext__(self) -> tuple[K, V]:
+        try:
+            return await self.get()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def statistics(self) -> MailboxStatistics:
+        return MailboxStatistics(
+            len(self._pending), self._puts, self._coalesced, self._waiting, self._closed
+        )
