@@ -1,0 +1,57 @@
+"""The coalescing mailbox: latest value per key, FIFO by first arrival, bounded by keys."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from trio_ccm.mailbox import Mailbox
+
+
+async def test_latest_value_wins_and_keeps_its_place() -> None:
+    """Updates to a pending key replace its value without moving it in line."""
+    box: Mailbox[str, int] = Mailbox()
+    box.put("a", 1)
+    box.put("b", 1)
+    box.put("a", 2)
+    assert [await box.get(), await box.get()] == [("a", 2), ("b", 1)]
+    assert box.statistics().coalesced == 1
+    assert len(box) == 0
+
+
+async def test_get_waits_for_a_put(autojump_clock: trio.testing.MockClock) -> None:
+    """A receiver sleeps until something is put, then wakes with it."""
+    box: Mailbox[str, int] = Mailbox()
+    got: list[tuple[str, int]] = []
+
+    async def receive() -> None:
+        got.append(await box.get())
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.sleep(5)
+            assert box.statistics().receivers_waiting == 1
+            box.put("k", 7)
+    assert got == [("k", 7)]
+
+
+async def test_close_drains_then_ends() -> None:
+    """After close, pending items still come out, then iteration stops."""
+    box: Mailbox[str, int] = Mailbox()
+    box.put("a", 1)
+    box.close()
+    with pytest.raises(trio.ClosedResourceError):
+        box.put("b", 2)
+    assert [item async for item in box] == [("a", 1)]
+
+
+def test_take_removes_one_key() -> None:
+    """take() hands over a specific key's pending value."""
+    box: Mailbox[str, int] = Mailbox()
+    box.put("a", 1)
+    assert box.take("a") == (True, 1)
+    assert box.take("a") == (False, None)
+    with pytest.raises(trio.WouldBlock):
+        box.get_nowait()
