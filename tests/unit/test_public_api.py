@@ -11,7 +11,9 @@ import trio_ccm.testing.apiserver
 @pytest.mark.parametrize(
     ("module", "names"),
     [
-        pytest.param(trio_ccm, ["__version__"], id="trio_ccm"),
+        pytest.param(
+            trio_ccm, ["CcmError", "ConfigError", "RetryAfter", "__version__"], id="trio_ccm"
+        ),
         pytest.param(
             trio_ccm.testing.apiserver,
             [
