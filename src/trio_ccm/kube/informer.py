@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
 from typing import Generic, NoReturn, TypeVar
 
-import msgspec
 import structlog
 import trio
 
@@ -182,13 +180,19 @@ class Informer(Generic[T]):
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
 
     async def _watch_until_relist(self) -> None:
-        """Watch from the current version; return when a relist is due (410 or resync)."""
+        """Watch from the current version; return when a relist is due (410 or resync).
+
+        Other failures back off and re-watch from the last version seen: a relist of every
+        object is kept for when the server no longer has that version.
+        """
         resync_at = trio.current_time() + self.resync_period_s
+        failures = 0
         while trio.current_time() < resync_at:
             timeout_s = self.rng.uniform(*self.watch_timeout_s)
             try:
                 with trio.move_on_at(resync_at):
                     await self._watch_once(timeout_s)
+                failures = 0
             except GoneError:
                 log.info(
                     "watch.expired",
@@ -196,11 +200,22 @@ class Informer(Generic[T]):
                     resource_version=self.resource_version,
                 )
                 return
+            except KubeError as exc:
+                self.errors += 1
+                failures += 1
+                delay = self._backoff(failures)
+                log.warning(
+                    "watch.failed",
+                    resource=self.resource.plural,
+                    error=str(exc),
+                    retry_in_s=round(delay, 3),
+                )
+                with trio.move_on_at(resync_at):
+                    await trio.sleep(delay)
 
     async def _watch_once(self, timeout_s: float) -> None:
         """One watch request, until the server ends it or it goes quiet for too long."""
         self.watches += 1
-        decode: Callable[[msgspec.Raw], T] = lambda raw: self.client.decode(raw, self.kind)  # noqa: E731
         async with self.client.watch(
             self.resource,
             resource_version=self.resource_version,
@@ -226,7 +241,7 @@ class Informer(Generic[T]):
                     marker = self.client.decode(event.object, Object)
                     self.resource_version = marker.metadata.resource_version
                     continue
-                obj = decode(event.object)
+                obj = self.client.decode(event.object, self.kind)
                 self.resource_version = obj.metadata.resource_version
                 key = obj.key
                 if event.type == "DELETED":
