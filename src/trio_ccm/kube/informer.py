@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from trio_ccm.kube.client import GoneError, KubeClient, KubeError
-from trio_ccm.kube.objects import Object, Resource
+from trio_ccm.kube.objects import Object, Resource, WatchEvent
 from trio_ccm.mailbox import Mailbox
 
 T = TypeVar("T", bound=Object)
@@ -224,29 +224,31 @@ class Informer(Generic[T]):
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         ) as events:
-            iterator = aiter(events)
-            while True:
-                with trio.move_on_after(self.inactivity_s) as quiet:
-                    try:
-                        event = await anext(iterator)
-                    except StopAsyncIteration:
-                        return
-                if quiet.cancelled_caught:
-                    log.warning(
-                        "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
-                    )
-                    return
-                self.last_activity = trio.current_time()
-                if event.type == "BOOKMARK":
-                    marker = self.client.decode(event.object, Object)
-                    self.resource_version = marker.metadata.resource_version
-                    continue
-                obj = self.client.decode(event.object, self.kind)
-                self.resource_version = obj.metadata.resource_version
-                key = obj.key
-                if event.type == "DELETED":
-                    if self._cache.pop(key, None) is not None:
-                        self._notify(key, None)
-                else:
-                    self._cache[key] = obj
-                    self._notify(key, obj)
+            # One scope per watch whose deadline moves with every event (cheaper than a
+            # fresh scope per event): a watch silent for inactivity_s is abandoned.
+            with trio.CancelScope() as quiet:
+                quiet.deadline = trio.current_time() + self.inactivity_s
+                async for event in events:
+                    now = trio.current_time()
+                    quiet.deadline = now + self.inactivity_s
+                    self.last_activity = now
+                    self._apply(event)
+            if quiet.cancelled_caught:
+                log.warning(
+                    "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
+                )
+
+    def _apply(self, event: WatchEvent) -> None:
+        if event.type == "BOOKMARK":
+            marker = self.client.decode(event.object, Object)
+            self.resource_version = marker.metadata.resource_version
+            return
+        obj = self.client.decode(event.object, self.kind)
+        self.resource_version = obj.metadata.resource_version
+        key = obj.key
+        if event.type == "DELETED":
+            if self._cache.pop(key, None) is not None:
+                self._notify(key, None)
+        else:
+            self._cache[key] = obj
+            self._notify(key, obj)

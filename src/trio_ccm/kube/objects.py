@@ -3,14 +3,27 @@
 Decoded objects drop every field not declared here, so they are never written back with
 PUT: writes are patches built from plain JSON (`patches.py`). Structs are frozen and
 `gc=False` (they hold no cycles), which keeps a large cache cheap for the garbage collector.
+
+Nodes are cached by the thousand, so `Node` keeps less: only the conditions the CCM reads
+(Ready, NetworkUnavailable; type, status and reason), only the annotations it reads, and
+the strings that repeat from Node to Node (condition and address types, label values,
+taint keys) interned, so each is held once. Read a Node with `KubeClient.get` for more.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import msgspec
+from msgspec.structs import force_setattr
+
+from trio_ccm.kube.wellknown import (
+    ANNOTATION_PROVIDED_NODE_IP,
+    CONDITION_NETWORK_UNAVAILABLE,
+    CONDITION_READY,
+)
 
 T = TypeVar("T")
 
@@ -54,11 +67,33 @@ class Object(_Base, frozen=True, gc=False):
 
 
 # -- Node --------------------------------------------------------------------------------
+NODE_ANNOTATIONS_KEPT: Final = frozenset({ANNOTATION_PROVIDED_NODE_IP})
+NODE_CONDITIONS_KEPT: Final = frozenset({CONDITION_READY, CONDITION_NETWORK_UNAVAILABLE})
+_intern = sys.intern
+
+
+class NodeMeta(ObjectMeta, frozen=True, gc=False):
+    """ObjectMeta of a cached Node: label strings interned, only the annotations we read."""
+
+    def __post_init__(self) -> None:
+        # The name usually repeats as the hostname label and a Hostname address.
+        force_setattr(self, "name", _intern(self.name))
+        if self.labels:
+            force_setattr(self, "labels", {_intern(k): _intern(v) for k, v in self.labels.items()})
+        if self.annotations:
+            kept = {k: v for k, v in self.annotations.items() if k in NODE_ANNOTATIONS_KEPT}
+            force_setattr(self, "annotations", kept)
+
+
 class Taint(_Base, frozen=True, gc=False):
     key: str = ""
     value: str = ""
     effect: str = ""
     time_added: str | None = None
+
+    def __post_init__(self) -> None:
+        force_setattr(self, "key", _intern(self.key))
+        force_setattr(self, "effect", _intern(self.effect))
 
 
 class NodeSpec(_Base, frozen=True, gc=False):
@@ -68,10 +103,19 @@ class NodeSpec(_Base, frozen=True, gc=False):
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
 
+    def __post_init__(self) -> None:
+        if self.pod_cidrs:  # podCIDR repeats podCIDRs[0]
+            force_setattr(self, "pod_cidrs", tuple(_intern(c) for c in self.pod_cidrs))
+            force_setattr(self, "pod_cidr", _intern(self.pod_cidr))
+
 
 class NodeAddress(_Base, frozen=True, gc=False):
     type: str = ""
     address: str = ""
+
+    def __post_init__(self) -> None:
+        force_setattr(self, "type", _intern(self.type))
+        force_setattr(self, "address", _intern(self.address))
 
 
 class Condition(_Base, frozen=True, gc=False):
@@ -83,12 +127,34 @@ class Condition(_Base, frozen=True, gc=False):
     message: str = ""
 
 
+class NodeCondition(_Base, frozen=True, gc=False):
+    """A Node condition as cached: what the CCM compares (status and reason, no message)."""
+
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        force_setattr(self, "type", _intern(self.type))
+        force_setattr(self, "status", _intern(self.status))
+        force_setattr(self, "reason", _intern(self.reason))
+
+
 class NodeStatus(_Base, frozen=True, gc=False):
     addresses: tuple[NodeAddress, ...] = ()
-    conditions: tuple[Condition, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(c.type not in NODE_CONDITIONS_KEPT for c in self.conditions):
+            kept = tuple(c for c in self.conditions if c.type in NODE_CONDITIONS_KEPT)
+            force_setattr(self, "conditions", kept)
+
+    def condition(self, kind: str) -> NodeCondition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
 
 
 class Node(Object, frozen=True, gc=False):
+    metadata: NodeMeta = NodeMeta()
     spec: NodeSpec = NodeSpec()
     status: NodeStatus = NodeStatus()
 

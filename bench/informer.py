@@ -1,0 +1,514 @@
+"""Throughput and memory of the Node informer: events/s through decode + cache + notify.
+
+    python bench/informer.py [--quick]
+
+events/s: the informer's own work, isolated from any server. A small httpx transport
+(`ReplayTransport`, passed to `KubeClient(transport=...)` as any transport would be) answers
+the informer's paginated list with N realistic Nodes (~4.9 KB of JSON each, as the emulator
+stores them) and each watch with a pre-encoded stream of MODIFIED events (a whole Node per
+line, increasing resourceVersions, round-robin over the Nodes), handed over in 64 KiB chunks
+(httpcore's read size) with a scheduler checkpoint per chunk, as a socket read would have.
+One subscriber mailbox is drained by a consumer task. The clock runs from the moment the
+watch response is handed over until the consumer has received the round's last event, so
+the figure covers httpx's body iteration, line splitting, msgspec decoding, the cache update
+and the mailbox hand-off, and nothing of building the stream. Each round is one watch; when
+its stream ends, the informer re-watches and the next round starts.
+
+memory: `tracemalloc` is started just before the informer's first list (the client and its
+decoders are warmed up beforehand) and a snapshot is taken once the informer reports synced
+and the garbage collector has run. Everything still allocated then is the cache plus a few
+fixed objects (the serve task, the pending watch request); the figure is that total / Nodes,
+with 5,000 and 20,000 Nodes. A deep `sys.getsizeof` walk of the cached objects and the
+marginal bytes per Node between the two sizes are reported as cross-checks.
+
+e2e: for context, the same informer against the emulator in-process (`ApiServer().transport()`)
+while 4 tasks send merge patches (one label each) through httpx; this includes the emulator's
+own work (patching, storing, encoding and fanning out events) on the same thread.
+
+`events_per_s` is the lower of the per-size medians over the rounds; `bytes_per_node` is the
+higher of the per-size figures. Everything runs in one process, one thread and one `trio.run`
+per phase, so every figure is for one core. Prints a human-readable summary, then one JSON
+object as the last line. Benchmarks print numbers; they never assert on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import platform
+import pstats
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+from apiserver import LABEL, make_node, node_name
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.informer import Informer
+from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.mailbox import Mailbox
+from trio_ccm.testing.apiserver import ApiServer
+
+NODES_PATH = "/api/v1/nodes"
+CHUNK_BYTES = 64 * 1024  # what httpcore asks the socket for per read
+MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
+ROUND_TIMEOUT_S = 300.0
+
+_encode = msgspec.json.Encoder().encode
+
+
+def connection() -> ConnectionConfig:
+    return ConnectionConfig(server="http://bench", credentials=StaticCredentials())
+
+
+# -- realistic Nodes and watch lines -----------------------------------------------------
+def stored_node(i: int, resource_version: int, generation: int = 0) -> dict[str, Any]:
+    """bench/apiserver.py's Node with the metadata the API server adds (4,892 bytes)."""
+    node = make_node(i)
+    meta = node["metadata"]
+    meta["uid"] = str(uuid.UUID(int=i + 1, version=4))
+    meta["creationTimestamp"] = "2026-11-01T08:00:00Z"
+    meta["resourceVersion"] = str(resource_version)
+    if generation:
+        # What a status update and a label change would change.
+        meta["labels"][LABEL] = str(generation)
+        beat = f"2026-11-21T{9 + generation // 3600 % 12:02d}:{generation // 60 % 60:02d}:00Z"
+        for condition in node["status"]["conditions"]:
+            condition["lastHeartbeatTime"] = beat
+    return node
+
+
+@dataclass
+class Round:
+    """One watch stream: pre-encoded chunks and what its last event is."""
+
+    chunks: list[bytes]
+    events: int
+    stream_bytes: int
+    last_key: str
+    last_rv: str
+    started_at: float = 0.0
+    done_at: float = 0.0
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+def build_round(nodes: int, first_seq: int, count: int, chunk_bytes: int) -> Round:
+    """`count` MODIFIED events, round-robin over the Nodes, resourceVersions after the list's."""
+    lines = []
+    for seq in range(first_seq, first_seq + count):
+        node = stored_node(seq % nodes, nodes + 1 + seq, seq // nodes + 1)
+        lines.append(_encode({"type": "MODIFIED", "object": node}) + b"\n")
+    stream = b"".join(lines)
+    last = first_seq + count - 1
+    chunks = [stream[at : at + chunk_bytes] for at in range(0, len(stream), chunk_bytes)]
+    return Round(chunks, count, len(stream), node_name(last % nodes), str(nodes + 1 + last))
+
+
+class _Replay(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            await trio.lowlevel.checkpoint()  # a socket read is a checkpoint too
+            yield chunk
+
+
+class ReplayTransport(httpx.AsyncBaseTransport):
+    """Answers `GET /api/v1/nodes` lists from pre-encoded Nodes and watches with `Round`s.
+
+    Each watch request waits for the next round (`send_round`); the stream then ends, as a
+    server-side watch timeout would end it.
+    """
+
+    def __init__(self, node_json: list[bytes], list_rv: str) -> None:
+        self.node_json = node_json
+        self.list_rv = list_rv
+        self.send_round, self._rounds = trio.open_memory_channel[Round](0)
+        self.lists = 0
+        self.watches = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await trio.lowlevel.checkpoint()
+        if request.method != "GET" or request.url.path != NODES_PATH:
+            return httpx.Response(404, json={"kind": "Status", "code": 404}, request=request)
+        params = request.url.params
+        headers = {"Content-Type": "application/json"}
+        if params.get("watch") in ("1", "true"):
+            self.watches += 1
+            round_ = await self._rounds.receive()
+            round_.started_at = time.perf_counter()
+            return httpx.Response(200, headers=headers, stream=_Replay(round_.chunks))
+        self.lists += 1
+        total = len(self.node_json)
+        start = int(params.get("continue") or 0)
+        end = min(total, start + (int(params.get("limit") or 0) or total))
+        token = f',"continue":"{end}"' if end < total else ""
+        body = b"".join(
+            (
+                b'{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"',
+                self.list_rv.encode(),
+                b'"',
+                token.encode(),
+                b'},"items":[',
+                b",".join(self.node_json[start:end]),
+                b"]}",
+            )
+        )
+        return httpx.Response(200, headers=headers, content=body, request=request)
+
+
+def cluster(nodes: int) -> ReplayTransport:
+    node_json = [_encode(stored_node(i, i + 1)) for i in range(nodes)]
+    return ReplayTransport(node_json, str(nodes))
+
+
+def drain(mailbox: Mailbox[str, Node | None]) -> int:
+    count = 0
+    while True:
+        try:
+            mailbox.get_nowait()
+        except trio.WouldBlock:
+            return count
+        count += 1
+
+
+# -- events/s ----------------------------------------------------------------------------
+@dataclass
+class Consumer:
+    received: int = 0
+    target: Round | None = None
+
+    async def run(self, mailbox: Mailbox[str, Node | None]) -> None:
+        async for key, obj in mailbox:
+            self.received += 1
+            target = self.target
+            if (
+                target is not None
+                and obj is not None
+                and key == target.last_key
+                and obj.metadata.resource_version == target.last_rv
+            ):
+                target.done_at = time.perf_counter()
+                target.done.set()
+
+
+async def events_phase(
+    nodes: int, events: int, rounds: int, chunk_bytes: int, profile: cProfile.Profile | None
+) -> dict[str, Any]:
+    transport = cluster(nodes)
+    client = KubeClient(connection(), transport=transport, qps=0)
+    informer = Informer(client, NODES, Node, rng=random.Random(1))
+    results: list[dict[str, Any]] = []
+    consumer = Consumer()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.serve)
+        mailbox = informer.subscribe()
+        drain(mailbox)  # subscribe() hands over every cached key at once
+        nursery.start_soon(consumer.run, mailbox)
+        for index in range(rounds):
+            round_ = build_round(nodes, index * events, events, chunk_bytes)
+            gc.collect()
+            before = mailbox.statistics()
+            received_before = consumer.received
+            consumer.target = round_
+            cpu_began = time.process_time()
+            if profile is not None:
+                profile.enable()
+            with trio.fail_after(ROUND_TIMEOUT_S):
+                await transport.send_round.send(round_)
+                await round_.done.wait()
+            if profile is not None:
+                profile.disable()
+            cpu_s = time.process_time() - cpu_began
+            after = mailbox.statistics()
+            wall_s = round_.done_at - round_.started_at
+            cached = informer.get(round_.last_key)
+            if (
+                informer.resource_version != round_.last_rv
+                or len(informer) != nodes
+                or cached is None
+                or cached.metadata.resource_version != round_.last_rv
+            ):
+                raise RuntimeError(f"round {index}: the cache does not hold the last event")
+            results.append(
+                {
+                    "events": events,
+                    "wall_s": wall_s,
+                    "events_per_s": events / wall_s,
+                    "mb_per_s": round_.stream_bytes / wall_s / 1e6,
+                    "cpu_util": cpu_s / wall_s,
+                    "puts": after.puts - before.puts,
+                    "coalesced": after.coalesced - before.coalesced,
+                    "received": consumer.received - received_before,
+                    "chunks": len(round_.chunks),
+                    "event_bytes": round_.stream_bytes / events,
+                }
+            )
+            del round_
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+    rates = [r["events_per_s"] for r in results]
+    return {
+        "nodes": nodes,
+        "rounds": results,
+        "events_per_s": statistics.median(rates),
+        "events_per_s_best": max(rates),
+        "watches": transport.watches,
+        "relists": informer.relists,
+    }
+
+
+# -- memory ------------------------------------------------------------------------------
+def deep_size(objects: Iterable[object]) -> int:
+    """sys.getsizeof over every object reachable through Structs, dicts, tuples (once each)."""
+    seen: set[int] = set()
+    total = 0
+    stack = list(objects)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, msgspec.Struct):
+            stack.extend(getattr(obj, name) for name in obj.__struct_fields__)
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, tuple | list):
+            stack.extend(obj)
+    return total
+
+
+async def memory_phase(nodes: int) -> dict[str, Any]:
+    transport = cluster(nodes)
+    json_bytes = sum(map(len, transport.node_json)) / nodes
+    client = KubeClient(connection(), transport=transport, qps=0)
+    # Warm up what the first list would create once: the httpx client, the decoder.
+    await client.list(NODES, type=Node, limit=1)
+    informer = Informer(client, NODES, Node, rng=random.Random(1))
+    gc.collect()
+    tracemalloc.start()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.serve)
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        nursery.cancel_scope.cancel()
+    snapshot = snapshot.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    stats = snapshot.statistics("lineno")
+    traced = sum(stat.size for stat in stats)
+    top = [
+        (f"{stat.traceback[0].filename.rsplit('/', 2)[-1]}:{stat.traceback[0].lineno}", stat.size)
+        for stat in stats[:4]
+    ]
+    deep = deep_size([informer._cache])  # read-only look at the cache dict itself
+    if len(informer) != nodes:
+        raise RuntimeError(f"cached {len(informer)} Nodes, expected {nodes}")
+    await client.aclose()
+    return {
+        "nodes": nodes,
+        "traced_bytes": traced,
+        "bytes_per_node": traced / nodes,
+        "deep_bytes_per_node": deep / nodes,
+        "json_bytes_per_node": json_bytes,
+        "top": top,
+    }
+
+
+# -- end to end against the emulator -----------------------------------------------------
+async def e2e_phase(nodes: int, writes: int, writers: int, window: int) -> dict[str, Any]:
+    server = ApiServer(seed=1)
+    for i in range(nodes):
+        server.create(make_node(i))
+    client = KubeClient(connection(), transport=server.transport(), qps=0)
+    informer = Informer(client, NODES, Node, rng=random.Random(1))
+    consumer = Consumer()
+    progress = trio.Event()
+    issued = 0
+
+    async def consume(mailbox: Mailbox[str, Node | None]) -> None:
+        nonlocal progress
+        async for _ in mailbox:
+            consumer.received += 1
+            progress.set()
+            progress = trio.Event()
+
+    async with (
+        httpx.AsyncClient(transport=server.transport(), base_url="http://emulator") as http,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(informer.serve)
+        mailbox = informer.subscribe()
+        drain(mailbox)
+        nursery.start_soon(consume, mailbox)
+        sequence = iter(range(writes))
+
+        async def writer() -> None:
+            nonlocal issued
+            for n in sequence:
+                # Pace: the emulator closes a watcher that lags 1,000 events (watch_buffer).
+                while issued - consumer.received >= window:
+                    await progress.wait()
+                issued += 1
+                body = _encode({"metadata": {"labels": {LABEL: str(n // nodes + 1)}}})
+                response = await http.patch(
+                    f"{NODES_PATH}/{node_name(n % nodes)}", content=body, headers=MERGE_PATCH
+                )
+                if response.status_code != 200:
+                    raise RuntimeError(f"patch: {response.status_code} {response.text}")
+
+        began = time.perf_counter()
+        cpu_began = time.process_time()
+        with trio.fail_after(ROUND_TIMEOUT_S):
+            async with trio.open_nursery() as writing:
+                for _ in range(writers):
+                    writing.start_soon(writer)
+            while consumer.received < writes:
+                await progress.wait()
+        wall_s = time.perf_counter() - began
+        cpu_s = time.process_time() - cpu_began
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+    return {
+        "nodes": nodes,
+        "writes": writes,
+        "received": consumer.received,
+        "wall_s": wall_s,
+        "events_per_s": consumer.received / wall_s,
+        "cpu_util": cpu_s / wall_s,
+        "relists": informer.relists,
+        "watches": informer.watches,
+    }
+
+
+# -- main --------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (smoke check)")
+    parser.add_argument(
+        "--sizes", default="5000,20000", help="Nodes cached, comma-separated (default 5000,20000)"
+    )
+    parser.add_argument("--events", type=int, help="events per round (default 20000; quick 5000)")
+    parser.add_argument("--rounds", type=int, help="watch rounds per size (default 3; quick 1)")
+    parser.add_argument("--chunk-bytes", type=int, default=CHUNK_BYTES)
+    parser.add_argument("--e2e-nodes", type=int, help="emulator Nodes (default 5000; quick 1000)")
+    parser.add_argument("--e2e-writes", type=int, help="patches (default 5000; quick 1000)")
+    parser.add_argument("--writers", type=int, default=4, help="concurrent e2e writer tasks")
+    parser.add_argument("--window", type=int, default=500, help="max e2e events in flight")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the events/s rounds to FILE")
+    parser.add_argument("--only", choices=("events", "memory", "e2e"), help="run one phase")
+    args = parser.parse_args(argv)
+
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    events = args.events or (5_000 if args.quick else 20_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    e2e_nodes = args.e2e_nodes or (1_000 if args.quick else 5_000)
+    e2e_writes = args.e2e_writes or (1_000 if args.quick else 5_000)
+    profile = cProfile.Profile() if args.profile else None
+
+    print(
+        f"Node informer, one process, one thread; sizes {sizes}; {rounds} x {events} "
+        f"MODIFIED events per size in {args.chunk_bytes // 1024} KiB chunks"
+    )
+    began = time.perf_counter()
+    memory: dict[int, dict[str, Any]] = {}
+    rates: dict[int, dict[str, Any]] = {}
+    e2e: dict[str, Any] = {}
+    if args.only in (None, "memory"):
+        for nodes in sizes:
+            m = memory[nodes] = trio.run(memory_phase, nodes)
+            print(
+                f"  memory   {nodes:>6} Nodes: {m['bytes_per_node']:7,.0f} B/Node traced "
+                f"({m['traced_bytes'] / 1e6:.1f} MB; deep sizeof {m['deep_bytes_per_node']:,.0f} "
+                f"B/Node; JSON {m['json_bytes_per_node']:,.0f} B/Node)"
+            )
+            print("           largest: " + ", ".join(f"{k} {v / nodes:,.0f}" for k, v in m["top"]))
+            gc.collect()
+    if len(memory) >= 2:
+        low, high = min(memory), max(memory)
+        marginal = (memory[high]["traced_bytes"] - memory[low]["traced_bytes"]) / (high - low)
+        print(f"           marginal {low} -> {high} Nodes: {marginal:,.0f} B/Node")
+    if args.only in (None, "events"):
+        for nodes in sizes:
+            r = rates[nodes] = trio.run(
+                events_phase, nodes, events, rounds, args.chunk_bytes, profile
+            )
+            each = " / ".join(f"{x['events_per_s']:,.0f}" for x in r["rounds"])
+            first = r["rounds"][0]
+            print(
+                f"  events   {nodes:>6} Nodes: {r['events_per_s']:9,.0f} events/s median "
+                f"(rounds {each}; {first['mb_per_s']:.0f} MB/s, "
+                f"{first['event_bytes']:,.0f} B/event, cpu {first['cpu_util']:.0%}, "
+                f"{first['received']} of {first['puts']} received, "
+                f"{first['coalesced']} coalesced)"
+            )
+            gc.collect()
+    if args.only in (None, "e2e"):
+        e2e = trio.run(e2e_phase, e2e_nodes, e2e_writes, args.writers, args.window)
+        print(
+            f"  e2e      {e2e_nodes:>6} Nodes: {e2e['events_per_s']:9,.0f} events/s "
+            f"({e2e['received']} of {e2e_writes} patches seen by the subscriber in "
+            f"{e2e['wall_s']:.2f} s, {args.writers} writers, emulator in-process, "
+            f"cpu {e2e['cpu_util']:.0%})"
+        )
+    total_s = time.perf_counter() - began
+
+    if profile is not None:
+        profile.dump_stats(args.profile)
+        print(f"profile of the events/s rounds: {args.profile}; top by own time:")
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(15)
+
+    figures: dict[str, Any] = {
+        "events_per_s": round(min(r["events_per_s"] for r in rates.values()), 1) if rates else None,
+        "bytes_per_node": round(max(m["bytes_per_node"] for m in memory.values()), 1)
+        if memory
+        else None,
+        "e2e_events_per_s": round(e2e["events_per_s"], 1) if e2e else None,
+    }
+    for nodes, r in rates.items():
+        figures[f"events_per_s_{nodes}"] = round(r["events_per_s"], 1)
+        figures[f"events_per_s_best_{nodes}"] = round(r["events_per_s_best"], 1)
+    for nodes, m in memory.items():
+        figures[f"bytes_per_node_{nodes}"] = round(m["bytes_per_node"], 1)
+        figures[f"deep_bytes_per_node_{nodes}"] = round(m["deep_bytes_per_node"], 1)
+    if len(memory) >= 2:
+        figures["marginal_bytes_per_node"] = round(marginal, 1)
+    if memory:
+        figures["json_bytes_per_node"] = round(next(iter(memory.values()))["json_bytes_per_node"])
+    if rates:
+        first = next(iter(rates.values()))["rounds"][0]
+        figures["event_bytes"] = round(first["event_bytes"])
+        figures["coalesced"] = sum(x["coalesced"] for r in rates.values() for x in r["rounds"])
+    figures.update(
+        {
+            "events_per_round": events,
+            "rounds": rounds,
+            "chunk_bytes": args.chunk_bytes,
+            "e2e_nodes": e2e_nodes if e2e else None,
+            "e2e_writes": e2e_writes if e2e else None,
+            "quick": args.quick,
+            "total_s": round(total_s, 1),
+            "python": platform.python_version(),
+        }
+    )
+    print(f"total {total_s:.1f} s")
+    sys.stdout.flush()
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The cached Structs: what they keep, what they drop, and their keys."""
+
+from __future__ import annotations
+
+import msgspec
+
+from trio_ccm.kube.objects import LEASES, NODES, SERVICES, Node, Service
+
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "node-1",
+        "uid": "u1",
+        "resourceVersion": "7",
+        "labels": {"kubernetes.io/hostname": "node-1", "topology.kubernetes.io/zone": "a"},
+        "annotations": {
+            "alpha.kubernetes.io/provided-node-ip": "10.0.0.1",
+            "node.alpha.kubernetes.io/ttl": "0",
+        },
+    },
+    "spec": {
+        "providerID": "sim://node-1",
+        "podCIDR": "10.244.1.0/24",
+        "podCIDRs": ["10.244.1.0/24"],
+        "unknownField": True,
+    },
+    "status": {
+        "addresses": [
+            {"type": "Hostname", "address": "node-1"},
+            {"type": "InternalIP", "address": "10.0.0.1"},
+        ],
+        "conditions": [
+            {
+                "type": "MemoryPressure",
+                "status": "False",
+                "reason": "KubeletHasSufficientMemory",
+                "message": "kubelet has sufficient memory available",
+            },
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": "x",
+            },
+        ],
+        "images": [{"names": ["a"], "sizeBytes": 1}],
+    },
+}
+
+
+def _decode(body: object) -> Node:
+    return msgspec.json.decode(msgspec.json.encode(body), type=Node)
+
+
+def test_node_keeps_what_the_ccm_reads() -> None:
+    """A cached Node keeps its identity, labels, spec, addresses and the conditions read."""
+    node = _decode(NODE)
+    assert node.key == "node-1"
+    assert node.metadata.labels["topology.kubernetes.io/zone"] == "a"
+    assert node.spec.provider_id == "sim://node-1"
+    assert node.spec.pod_cidrs == ("10.244.1.0/24",)
+    assert [(a.type, a.address) for a in node.status.addresses] == [
+        ("Hostname", "node-1"),
+        ("InternalIP", "10.0.0.1"),
+    ]
+    ready = node.status.condition("Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("True", "KubeletReady")
+
+
+def test_node_drops_what_the_ccm_does_not_read() -> None:
+    """Other conditions, condition messages and unread annotations are not cached."""
+    node = _decode(NODE)
+    assert [c.type for c in node.status.conditions] == ["Ready"]
+    assert node.status.condition("MemoryPressure") is None
+    assert node.metadata.annotations == {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"}
+
+
+def test_repeated_node_strings_are_shared() -> None:
+    """The hostname, label values and podCIDR are one string object across fields."""
+    node = _decode(NODE)
+    hostname_address = node.status.addresses[0].address
+    assert node.metadata.name is hostname_address
+    assert node.metadata.labels["kubernetes.io/hostname"] is hostname_address
+    assert node.spec.pod_cidr is node.spec.pod_cidrs[0]
+    assert _decode(NODE).status.conditions[0].reason is node.status.conditions[0].reason
+
+
+def test_service_keeps_annotations_and_ports() -> None:
+    """Services keep every annotation (providers read their own) and their ports."""
+    body = {
+        "metadata": {
+            "name": "web",
+            "namespace": "default",
+            "annotations": {"example.com/lb-type": "nlb"},
+        },
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080}]},
+    }
+    service = msgspec.json.decode(msgspec.json.encode(body), type=Service)
+    assert service.key == "default/web"
+    assert service.metadata.annotations == {"example.com/lb-type": "nlb"}
+    assert service.spec.ports[0].node_port == 30080
+
+
+def test_resource_paths() -> None:
+    """Resources build the API paths for collections, objects and subresources."""
+    assert NODES.path() == "/api/v1/nodes"
+    assert NODES.path(name="n1", subresource="status") == "/api/v1/nodes/n1/status"
+    assert SERVICES.path("default", "web") == "/api/v1/namespaces/default/services/web"
+    assert LEASES.path("kube-system", "ccm") == (
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm"
+    )
