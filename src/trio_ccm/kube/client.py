@@ -435,7 +435,17 @@ class KubeClient:
     async def _events(self, response: httpx.Response, path: str) -> AsyncIterator[WatchEvent]:
         decoder = self._decoder(WatchEvent)
         pending = b""
-        async for chunk in response.aiter_bytes():
+        chunks = aiter(response.aiter_bytes())
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except httpx.TransportError as exc:
+                # A reset or truncated stream mid-watch: a connection error like any other.
+                raise KubeConnectionError(
+                    f"WATCH {path}: {explain_connection_error(self.config, exc)}"
+                ) from exc
             pending += chunk
             if b"\n" not in chunk:
                 continue
@@ -443,7 +453,10 @@ class KubeClient:
             for line in lines:
                 if not line.strip():
                     continue
-                event: WatchEvent = decoder.decode(line)
+                try:
+                    event: WatchEvent = decoder.decode(line)
+                except msgspec.DecodeError as exc:
+                    raise KubeError(f"WATCH {path}: malformed watch event: {exc}") from exc
                 if event.type == "ERROR":
                     status = _status_decoder.decode(event.object)
                     raise error_from_status(status, method="WATCH", path=path)
