@@ -70,6 +70,10 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 KUBERNETES_VERSION = (1, 33)
 
 
+class StreamAborted(Exception):  # noqa: N818 - a signal to the front doors, not an error
+    """A streamed response must end as a broken connection (injected reset)."""
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -779,6 +783,8 @@ class ApiServer:
                     try:
                         received = await watcher.receive.receive()
                     except trio.EndOfChannel:
+                        if watcher.aborted:
+                            raise StreamAborted(watcher.reason) from None
                         return
                 if received is None:
                     if trio.current_time() >= deadline:
@@ -1042,7 +1048,8 @@ class ApiServer:
             self.faults.remove(int(rule_id))
             return _json(200, {"removed": rule_id})
         if action == "drop-watches" and request.method == "POST":
-            return _json(200, {"dropped": self.store.drop_watches()})
+            abort = bool(body.get("abort", False))
+            return _json(200, {"dropped": self.store.drop_watches(abort=abort)})
         if action == "compact" and request.method == "POST":
             self.store.compact()
             return _json(200, {"compactedResourceVersion": str(self.store.rv)})

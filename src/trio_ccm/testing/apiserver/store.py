@@ -115,6 +115,7 @@ class Watcher:
         # Bounded on purpose: a slow reader is cut off instead of growing memory.
         self.send, self.receive = trio.open_memory_channel[Frame](buffer)
         self.closed = False
+        self.aborted = False
         self.reason = ""
 
     def matches(self, obj: Obj) -> bool:
@@ -155,9 +156,11 @@ class Watcher:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.close("client went away")
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, abort: bool = False) -> None:
+        """End the watch: cleanly, or (abort) as a broken connection would."""
         if not self.closed:
             self.closed = True
+            self.aborted = abort
             self.reason = reason
             self.send.close()
             self.storage.watchers.discard(self)
@@ -438,11 +441,12 @@ class Store:
         self.watch_started = trio.Event()
         return watcher, replay, self.rv
 
-    def drop_watches(self) -> int:
+    def drop_watches(self, *, abort: bool = False) -> int:
+        """End every open watch now: cleanly, or (abort) as a connection reset."""
         count = 0
         for storage in self.storages.values():
             for watcher in list(storage.watchers):
-                watcher.close("dropped by fault injection")
+                watcher.close("dropped by fault injection", abort=abort)
                 count += 1
         return count
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 import trio
 
-from trio_ccm.testing.apiserver.server import Request
+from trio_ccm.testing.apiserver.server import Request, StreamAborted
 
 if TYPE_CHECKING:
     from trio_ccm.testing.apiserver.server import ApiServer
@@ -24,8 +24,11 @@ class _Body(httpx.AsyncByteStream):
         self._cleanup = cleanup
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._chunks:
-            yield chunk
+        try:
+            async for chunk in self._chunks:
+                yield chunk
+        except StreamAborted as exc:
+            raise httpx.ReadError(f"connection reset by peer (emulated: {exc})") from exc
 
     async def aclose(self) -> None:
         aclose = getattr(self._chunks, "aclose", None)
