@@ -462,17 +462,27 @@ class KubeClient:
                     raise error_from_status(status, method="WATCH", path=path)
                 yield event
 
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        document: JSONValue | Mapping[str, JSONValue],
+        content_type: str,
+    ) -> Any:
+        """Send a JSON document; returns the object the server answered, as JSON."""
+        response = await self.request(
+            method,
+            path,
+            verb=method,
+            content=msgspec.json.encode(document),
+            content_type=content_type,
+        )
+        return msgspec.json.decode(response.content)
+
     async def create(
         self, resource: Resource, body: Mapping[str, JSONValue], *, namespace: str = ""
     ) -> Any:
-        response = await self.request(
-            "POST",
-            resource.path(namespace),
-            verb="POST",
-            content=msgspec.json.encode(body),
-            content_type="application/json",
-        )
-        return msgspec.json.decode(response.content)
+        return await self._write("POST", resource.path(namespace), body, "application/json")
 
     async def update(
         self,
@@ -483,14 +493,8 @@ class KubeClient:
         namespace: str = "",
         subresource: str = "",
     ) -> Any:
-        response = await self.request(
-            "PUT",
-            resource.path(namespace, name, subresource),
-            verb="PUT",
-            content=msgspec.json.encode(body),
-            content_type="application/json",
-        )
-        return msgspec.json.decode(response.content)
+        path = resource.path(namespace, name, subresource)
+        return await self._write("PUT", path, body, "application/json")
 
     async def patch(
         self,
@@ -502,14 +506,8 @@ class KubeClient:
         subresource: str = "",
     ) -> Any:
         """Send a patch; returns the patched object as JSON."""
-        response = await self.request(
-            "PATCH",
-            resource.path(namespace, name, subresource),
-            verb="PATCH",
-            content=msgspec.json.encode(patch.document),
-            content_type=patch.content_type,
-        )
-        return msgspec.json.decode(response.content)
+        path = resource.path(namespace, name, subresource)
+        return await self._write("PATCH", path, patch.document, patch.content_type)
 
     async def delete(
         self,
@@ -526,16 +524,10 @@ class KubeClient:
             preconditions["uid"] = uid
         if resource_version is not None:
             preconditions["resourceVersion"] = resource_version
-        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        body: dict[str, JSONValue] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if preconditions:
-            body["preconditions"] = preconditions  # type: ignore[assignment]
-        await self.request(
-            "DELETE",
-            resource.path(namespace, name),
-            verb="DELETE",
-            content=msgspec.json.encode(body),
-            content_type="application/json",
-        )
+            body["preconditions"] = dict(preconditions)
+        await self._write("DELETE", resource.path(namespace, name), body, "application/json")
 
 
 @asynccontextmanager
