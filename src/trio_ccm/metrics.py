@@ -5,7 +5,7 @@ Names follow upstream where upstream has them (client-go's `rest_client_*`).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
@@ -38,5 +38,25 @@ class ClientMetrics:
             "rest_client_request_retries",
             "Number of request retries, partitioned by status code, verb, and host.",
             ["code", "verb", "host"],
+            registry=registry,
+        )
+
+
+class LeaderMetrics:
+    """client-go's leader election metrics (`name` is the Lease's name)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.master_status = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=registry,
+        )
+        self.slowpath = Counter(
+            "leader_election_slowpath",
+            "Total number of slow path exercised in renewing leader leases. 'name' is the "
+            "string used to identify the lease.",
+            ["name"],
             registry=registry,
         )
