@@ -1,0 +1,432 @@
+"""Per-key child actors: one task per object key, spawned on demand in a nursery we own.
+
+`KeyedActors.serve(mailbox)` reads `(key, latest value)` from a coalescing `Mailbox` and
+hands each value to the child task of its key, spawning the child if there is none. A child
+runs `handler(key, value)` under the shared `trio.CapacityLimiter`, so:
+
+- work on one key is serialised (one child per key, one handler call at a time), and work
+  across keys is capped by the limiter (`--concurrent-service-syncs`, ...);
+- values that arrive while a child is busy (or waiting for the limiter, or backing off)
+  coalesce in the child's one-value slot: the next call sees only the newest;
+- a handler that raises is retried with backoff: `RetryAfter(delay_s)` waits exactly
+  `delay_s`, anything else the key's exponential delay (`Backoff`). The retry takes the
+  newest value; a newer value does not cut the wait short nor reset the backoff, only a
+  successful call does. The exception is logged once, with the key and traceback; it never
+  reaches siblings or the manager. This is the one broad `except Exception` of the
+  per-object path (STYLE: Errors);
+- a child with nothing to do exits after `idle_timeout_s`; a new value spawns it again. A
+  child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
+  give each manager its own Backoff;
+- on cancellation of `serve`, children in a handler call get `grace_s` more seconds to
+  finish it (a shielded cancel scope whose deadline is set at cancellation), then are
+  cancelled; idle and backing-off children are cancelled at once. The default is 0: a
+  cancellation stops all work at once, which is what losing the Lease requires. Only a
+  graceful shutdown should grant time: `grace_s` is read when the cancellation arrives, so
+  the supervisor sets it just before cancelling for a shutdown (forgetting is safe).
+
+When the mailbox is closed, `serve` hands out what is pending, lets every child finish
+(children exit as soon as they are idle), and returns.
+
+Memory: a child is a Trio task plus a small slotted record. An idle child is parked with
+`wait_task_rescheduled` (no Event, no cancel scope) and one timer task expires the idle
+children for all keys, so an idle child costs about 2 KB (20 MB for 10,000; see
+`bench/actors.py` and docs/benchmarks.md). The handler runs with the structlog contextvars
+`controller` and `key` bound, so its own log lines carry the key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Generic, Literal, NoReturn, TypeVar, cast
+
+import structlog
+import trio
+
+from trio_ccm.actors.backoff import Backoff, retry_after_s
+from trio_ccm.mailbox import Mailbox
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+Handler = Callable[[K, V], Awaitable[None]]
+"""Reconcile one object: `handler(key, latest value)`. Raise to be retried (RetryAfter for
+a fixed delay); return to succeed."""
+
+ActorState = Literal["idle", "waiting", "busy", "backoff"]
+
+log = structlog.get_logger("trio_ccm.actors.keyed")
+
+
+@dataclass(frozen=True)
+class KeyedStatistics:
+    """A snapshot of one KeyedActors for /debug/actors and metrics."""
+
+    name: str
+    alive: int  # children alive
+    idle: int  # parked, nothing to do
+    waiting: int  # waiting for the CapacityLimiter
+    busy: int  # in a handler call
+    backing_off: int  # sleeping before a retry
+    pending: int  # children holding a value not yet handed to the handler
+    oldest_pending_s: float  # age of the oldest such value (trio time); 0.0 if none
+    spawned: int  # children started since serve() began
+    handled: int  # handler calls that succeeded
+    retries: int  # handler calls that raised (so a retry was scheduled)
+    coalesced: int  # values replaced by a newer one before the handler saw them
+    abandoned: int  # handler calls cancelled after grace_s at shutdown
+
+
+@dataclass(frozen=True)
+class ActorStatistics:
+    """One child's state."""
+
+    key: Hashable
+    state: ActorState
+    pending: bool  # a value is waiting for the next handler call
+    pending_s: float | None  # how long it has waited (trio time), None if not pending
+    failures: int  # consecutive failures (exponential backoff count)
+    retry_in_s: float | None  # time until the retry while backing off, else None
+
+
+class _Actor(Generic[V]):
+    """The state of one child: a one-value slot plus what statistics() reports."""
+
+    __slots__ = (
+        "has_value",
+        "idle_deadline",
+        "retry_at",
+        "scope",
+        "since",
+        "state",
+        "value",
+        "waiter",
+    )
+
+    def __init__(self) -> None:
+        self.value: V | None = None
+        self.has_value = False
+        self.since = 0.0  # trio time the slot became full
+        self.state: ActorState = "waiting"
+        self.retry_at = 0.0  # trio time of the retry while backing off
+        self.idle_deadline = 0.0  # trio time the child exits if still idle
+        self.waiter: trio.lowlevel.Task | None = None  # set while parked idle
+        self.scope: trio.CancelScope | None = None  # set while in a handler call
+
+    def put(self, value: V) -> bool:
+        """Store the newest value and wake the child if parked; True if one was replaced."""
+        replaced = self.has_value
+        if not replaced:
+            self.since = trio.current_time()
+            self.has_value = True
+        self.value = value
+        self.wake()
+        return replaced
+
+    def wake(self) -> None:
+        """Reschedule the child if it is parked (it then looks at its slot and deadline)."""
+        if self.waiter is not None:
+            task, self.waiter = self.waiter, None
+            trio.lowlevel.reschedule(task)
+
+    def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self.waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+class KeyedActors(Generic[K, V]):
+    """One child task per key, fed from a Mailbox; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        handler: Handler[K, V],
+        *,
+        limiter: trio.CapacityLimiter,
+        backoff: Backoff,
+        idle_timeout_s: float = 30.0,
+        grace_s: float = 0.0,
+    ) -> None:
+        if not idle_timeout_s >= 0:
+            raise ValueError(f"{name}: idle_timeout_s={idle_timeout_s!r} must be >= 0")
+        if not grace_s >= 0:
+            raise ValueError(f"{name}: grace_s={grace_s!r} must be >= 0")
+        self.name = name
+        self.grace_s = grace_s
+        self._idle_timeout_s = idle_timeout_s
+        self._handler = handler
+        self._limiter = limiter
+        self._backoff = backoff
+        self._actors: dict[K, _Actor[V]] = {}
+        # Parked children in the order they parked, which is the order of their idle
+        # deadlines (one idle_timeout_s for all, trio time only moves forward): one timer
+        # task expires them, instead of a cancel scope per child (~1 KB each, measured).
+        self._parked: dict[_Actor[V], None] = {}
+        self._timer_wakeup = trio.Event()
+        self._serving = False
+        self._closing = False  # the mailbox is closed: children exit once idle
+        self._drained = trio.Event()
+        self._grace_deadline = math.inf  # deadline of handler calls; set at shutdown
+        self._spawned = 0
+        self._handled = 0
+        self._retries = 0
+        self._coalesced = 0
+        self._abandoned = 0
+
+    # -- the manager ---------------------------------------------------------------------
+    async def serve(
+        self,
+        mailbox: Mailbox[K, V],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run the children of `mailbox`'s keys until cancelled or the mailbox is closed.
+
+        `task_status.started()` once values are being read. Returns after a closed mailbox
+        has been drained and every child has finished.
+        """
+        if self._serving:
+            raise RuntimeError(f"{self.name}: serve() is already running")
+        self._serving = True
+        self._closing = False
+        self._drained = trio.Event()
+        self._grace_deadline = math.inf
+        self._parked.clear()
+        self._spawned = self._handled = self._retries = self._coalesced = self._abandoned = 0
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    nursery.start_soon(self._expire_idle, name=f"{self.name}/idle-timer")
+                    task_status.started()
+                    await self._dispatch(mailbox, nursery)
+                    self._closing = True
+                    for actor in self._actors.values():
+                        actor.wake()
+                    if self._actors:
+                        await self._drained.wait()
+                    nursery.cancel_scope.cancel()  # the idle timer; no child is left
+                finally:
+                    self._start_grace()
+        finally:
+            self._serving = False
+
+    async def _dispatch(self, mailbox: Mailbox[K, V], nursery: trio.Nursery) -> None:
+        """Hand every value to its key's child until the mailbox ends.
+
+        `nursery` is serve()'s, where children are spawned; it is not kept.
+        """
+        # One value per scheduler pass (Mailbox.get checkpoints): handing over a batch at
+        # once wakes a crowd of children that then queue on the limiter (measured: 2x
+        # slower with a busy limiter, bench/actors.py).
+        async for key, value in mailbox:
+            self._deliver(key, value, mailbox, nursery)
+
+    def _deliver(self, key: K, value: V, mailbox: Mailbox[K, V], nursery: trio.Nursery) -> None:
+        actor = self._actors.get(key)
+        if actor is None:
+            actor = self._actors[key] = _Actor()
+            actor.put(value)
+            self._spawned += 1
+            nursery.start_soon(self._run, key, actor, mailbox, name=f"{self.name}/{key}")
+        elif actor.put(value):
+            self._coalesced += 1
+
+    async def _expire_idle(self) -> NoReturn:
+        """Wake every parked child whose idle deadline has passed, so it exits."""
+        while True:
+            now = trio.current_time()
+            expired: list[_Actor[V]] = []
+            next_deadline = math.inf
+            for actor in self._parked:
+                if actor.waiter is None:
+                    continue  # woken, and about to remove itself
+                if actor.idle_deadline > now:
+                    next_deadline = actor.idle_deadline
+                    break
+                expired.append(actor)
+            for actor in expired:
+                del self._parked[actor]
+                actor.wake()
+            if next_deadline < math.inf:
+                await trio.sleep_until(next_deadline)
+            else:
+                self._timer_wakeup = trio.Event()
+                await self._timer_wakeup.wait()
+
+    def _start_grace(self) -> None:
+        """Shutdown: handler calls in flight may run for grace_s more, then are cancelled."""
+        self._grace_deadline = trio.current_time() + self.grace_s
+        for actor in self._actors.values():
+            if actor.scope is not None:
+                actor.scope.deadline = min(actor.scope.deadline, self._grace_deadline)
+
+    # -- one child -------------------------------------------------------------------------
+    async def _run(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> None:
+        """The child of `key`: handle its newest value whenever there is one; exit when idle."""
+        structlog.contextvars.bind_contextvars(controller=self.name, key=key)
+        try:
+            while True:
+                if actor.has_value or mailbox.pending(key):
+                    await self._reconcile(key, actor, mailbox)
+                    actor.idle_deadline = trio.current_time() + self._idle_timeout_s
+                elif self._closing or trio.current_time() >= actor.idle_deadline:
+                    return
+                else:
+                    # Parked inline (no cancel scope, no Event): woken by a value, by the
+                    # idle timer once idle_deadline has passed, or by a closed mailbox.
+                    actor.state = "idle"
+                    actor.waiter = trio.lowlevel.current_task()
+                    self._parked[actor] = None
+                    self._timer_wakeup.set()
+                    await trio.lowlevel.wait_task_rescheduled(actor.abort)
+                    self._parked.pop(actor, None)
+        finally:
+            # Synchronous from the last check to here: no value can slip in unseen.
+            self._parked.pop(actor, None)
+            if self._actors.get(key) is actor:
+                del self._actors[key]
+            self._backoff.reset(key)
+            if self._closing and not self._actors:
+                self._drained.set()
+
+    async def _reconcile(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> None:
+        """Handle the newest value, retrying with backoff until a call succeeds."""
+        actor.state = "waiting"
+        async with self._limiter:
+            value = self._take(key, actor, mailbox)
+            delay = await self._call(key, actor, value)
+        while delay is not None:
+            actor.state = "backoff"
+            actor.retry_at = trio.current_time() + delay
+            await trio.sleep_until(actor.retry_at)
+            actor.state = "waiting"
+            async with self._limiter:
+                if actor.has_value or mailbox.pending(key):
+                    value = self._take(key, actor, mailbox)
+                delay = await self._call(key, actor, value)
+        self._backoff.reset(key)
+
+    def _take(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> V:
+        """The newest value of `key`: one still in the mailbox beats the child's slot."""
+        value = actor.value
+        actor.value = None
+        actor.has_value = False
+        found, newer = mailbox.take(key)
+        if found:
+            value = newer
+        # V may itself admit None (a deleted object), so the slot's None is not a marker.
+        return cast("V", value)
+
+    async def _call(self, key: K, actor: _Actor[V], value: V) -> float | None:
+        """One handler call: None on success, else the delay before the retry."""
+        actor.state = "busy"
+        delay: float | None = None
+        # Shielded so that a shutdown does not cut the call short; serve() always bounds
+        # the shield: at shutdown it sets the deadline of every such scope (_start_grace).
+        with trio.CancelScope(shield=True, deadline=self._grace_deadline) as scope:
+            actor.scope = scope
+            try:
+                await self._handler(key, value)
+            except Exception as exc:  # the per-object reconcile boundary (STYLE: Errors)
+                delay = self._failed(key, exc)
+            finally:
+                actor.scope = None
+        if scope.cancelled_caught:
+            self._abandoned += 1
+            log.warning(
+                "actor.abandoned",
+                controller=self.name,
+                key=key,
+                grace_s=self.grace_s,
+                reason="handler still running when the shutdown grace period ended",
+            )
+            await trio.lowlevel.checkpoint()  # delivers the shutdown's Cancelled
+        if delay is None:
+            self._handled += 1
+        return delay
+
+    def _failed(self, key: K, exc: Exception) -> float:
+        """Log a failed handler call once and return its retry delay."""
+        self._retries += 1
+        fixed = retry_after_s(exc)
+        if fixed is not None:
+            log.info(
+                "actor.retrying",
+                controller=self.name,
+                key=key,
+                retry_in_s=fixed,
+                failures=self._backoff.failures(key),
+                reason=str(exc),
+            )
+            return fixed
+        delay = self._backoff.next_delay(key)
+        log.warning(
+            "actor.failed",
+            controller=self.name,
+            key=key,
+            retry_in_s=round(delay, 3),
+            failures=self._backoff.failures(key),
+            exc_info=exc,
+        )
+        return delay
+
+    # -- introspection ---------------------------------------------------------------------
+    @property
+    def idle_timeout_s(self) -> float:
+        """How long a child with nothing to do stays alive (fixed: the idle timer relies on it)."""
+        return self._idle_timeout_s
+
+    def __len__(self) -> int:
+        """The number of children alive."""
+        return len(self._actors)
+
+    def __iter__(self) -> Iterator[K]:
+        """The keys whose child is alive (a snapshot)."""
+        return iter(list(self._actors))
+
+    def __contains__(self, key: object) -> bool:
+        """Whether `key` has a child alive."""
+        return key in self._actors
+
+    def statistics(self) -> KeyedStatistics:
+        """Counts over all children; O(children)."""
+        now = trio.current_time()
+        states = {"idle": 0, "waiting": 0, "busy": 0, "backoff": 0}
+        pending = 0
+        oldest = now
+        for actor in self._actors.values():
+            states[actor.state] += 1
+            if actor.has_value:
+                pending += 1
+                oldest = min(oldest, actor.since)
+        return KeyedStatistics(
+            name=self.name,
+            alive=len(self._actors),
+            idle=states["idle"],
+            waiting=states["waiting"],
+            busy=states["busy"],
+            backing_off=states["backoff"],
+            pending=pending,
+            oldest_pending_s=now - oldest,
+            spawned=self._spawned,
+            handled=self._handled,
+            retries=self._retries,
+            coalesced=self._coalesced,
+            abandoned=self._abandoned,
+        )
+
+    def actor_statistics(self, key: K) -> ActorStatistics | None:
+        """The state of `key`'s child, or None when it has none."""
+        actor = self._actors.get(key)
+        if actor is None:
+            return None
+        now = trio.current_time()
+        return ActorStatistics(
+            key=key,
+            state=actor.state,
+            pending=actor.has_value,
+            pending_s=now - actor.since if actor.has_value else None,
+            failures=self._backoff.failures(key),
+            retry_in_s=max(0.0, actor.retry_at - now) if actor.state == "backoff" else None,
+        )

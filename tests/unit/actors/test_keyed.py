@@ -1,0 +1,551 @@
+"""KeyedActors: one child per key, capped by a limiter, coalescing, retries, idle exit, drain.
+
+Everything runs under `MockClock(autojump_threshold=0)` (`autojump_clock`), so times are
+exact virtual seconds: "the retry ran at t=15.0".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import pytest
+import structlog
+import trio
+import trio.testing
+from structlog.testing import capture_logs
+
+from trio_ccm.actors.backoff import Backoff
+from trio_ccm.actors.keyed import ActorStatistics, KeyedActors
+from trio_ccm.errors import RetryAfter
+from trio_ccm.mailbox import Mailbox
+
+LIMIT_S = 1000  # virtual fail_after bound of every test
+
+
+class BoomError(Exception):
+    """A handler failure that is not a RetryAfter."""
+
+
+class Recorder:
+    """A handler that records every call and can sleep, fail on script or always fail."""
+
+    def __init__(
+        self,
+        *,
+        sleep_s: float | dict[str, float] = 0.0,
+        script: dict[str, list[BaseException | None]] | None = None,
+        broken: frozenset[str] = frozenset(),
+    ) -> None:
+        self.sleep_s = sleep_s
+        self.script = script or {}
+        self.broken = broken
+        self.calls: list[tuple[float, str, object]] = []
+        self.finished: list[tuple[float, str, object]] = []
+        self.contexts: list[dict[str, object]] = []
+        self.in_flight: Counter[str] = Counter()
+        self.max_per_key = 0
+        self.max_total = 0
+
+    async def __call__(self, key: str, value: object) -> None:
+        self.calls.append((trio.current_time(), key, value))
+        self.contexts.append(structlog.contextvars.get_contextvars())
+        self.in_flight[key] += 1
+        self.max_per_key = max(self.max_per_key, self.in_flight[key])
+        self.max_total = max(self.max_total, self.in_flight.total())
+        try:
+            sleep_s = self.sleep_s if isinstance(self.sleep_s, float) else self.sleep_s.get(key)
+            if sleep_s:
+                await trio.sleep(sleep_s)
+            steps = self.script.get(key)
+            if steps:
+                error = steps.pop(0)
+                if error is not None:
+                    raise error
+            if key in self.broken:
+                raise BoomError(f"{key}: broken")
+        finally:
+            self.in_flight[key] -= 1
+        self.finished.append((trio.current_time(), key, value))
+
+    def times(self, key: str) -> list[float]:
+        return [t for t, k, _ in self.calls if k == key]
+
+    def values(self, key: str) -> list[object]:
+        return [v for _, k, v in self.calls if k == key]
+
+
+def make(
+    handler: Recorder,
+    *,
+    limit: int = 10,
+    limiter: trio.CapacityLimiter | None = None,
+    backoff: Backoff | None = None,
+    idle_timeout_s: float = 30.0,
+    grace_s: float = 0.0,
+) -> KeyedActors[str, object]:
+    return KeyedActors(
+        "test-controller",
+        handler,
+        limiter=limiter or trio.CapacityLimiter(limit),
+        backoff=backoff or Backoff(5.0, 300.0, jitter=0.0),
+        idle_timeout_s=idle_timeout_s,
+        grace_s=grace_s,
+    )
+
+
+@asynccontextmanager
+async def serving(
+    actors: KeyedActors[str, object], mailbox: Mailbox[str, object]
+) -> AsyncIterator[None]:
+    """Run actors.serve(mailbox) for the body, then cancel it."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actors.serve, mailbox)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def feed(mailbox: Mailbox[str, object], puts: Sequence[tuple[float, str, object]]) -> None:
+    """Put each (t, key, value) at virtual time t."""
+    for at, key, value in puts:
+        await trio.sleep_until(at)
+        mailbox.put(key, value)
+
+
+async def test_one_child_per_key_serialises_work_on_that_key(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each key gets one child; a key's second value waits for its first call to finish."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "a", 1), (0.0, "b", 1), (0.5, "a", 2), (0.5, "c", 1)])
+            await trio.sleep_until(10.0)
+    # Trio runs tasks made runnable at the same moment in a deliberately random order.
+    assert sorted(handler.calls) == [(0.0, "a", 1), (0.0, "b", 1), (0.5, "c", 1), (1.0, "a", 2)]
+    assert handler.max_per_key == 1
+    assert actors.statistics().spawned == 3
+
+
+@pytest.mark.parametrize(
+    ("limit", "starts"),
+    [
+        pytest.param(1, [0.0, 1.0, 2.0, 3.0, 4.0], id="limit-1"),
+        pytest.param(2, [0.0, 0.0, 1.0, 1.0, 2.0], id="limit-2"),
+        pytest.param(10, [0.0] * 5, id="limit-above-keys"),
+    ],
+)
+async def test_limiter_caps_concurrency_across_keys(
+    autojump_clock: trio.testing.MockClock, limit: int, starts: list[float]
+) -> None:
+    """At most `limit` handler calls run at once; the others start as calls finish."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=limit)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            for i in range(5):
+                mailbox.put(f"k{i}", i)
+            await trio.sleep_until(10.0)
+    assert [t for t, _, _ in handler.calls] == starts
+    assert handler.max_total == min(limit, 5)
+
+
+@pytest.mark.parametrize(
+    ("first_key", "sleep_s", "steps", "seen"),
+    [
+        pytest.param("a", 1.0, [], [(0.0, 0), (1.0, 5)], id="while-busy"),
+        pytest.param("other", 1.0, [], [(1.0, 5)], id="while-waiting-for-the-limiter"),
+        pytest.param("a", 0.0, [BoomError()], [(0.0, 0), (5.0, 5)], id="while-backing-off"),
+    ],
+)
+async def test_values_coalesce_while_the_child_cannot_take_them(
+    autojump_clock: trio.testing.MockClock,
+    first_key: str,
+    sleep_s: float,
+    steps: list[BaseException | None],
+    seen: list[object],
+) -> None:
+    """A child that is busy, waiting for the limiter or backing off then sees only the latest."""
+    handler = Recorder(sleep_s=sleep_s, script={"a": steps})
+    actors = make(handler, limit=1)
+    mailbox: Mailbox[str, object] = Mailbox()
+    puts = [(0.0, first_key, 0)] + [(0.1 * i, "a", i) for i in range(1, 6)]
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, puts)
+            await trio.sleep_until(20.0)
+    assert list(zip(handler.times("a"), handler.values("a"), strict=True)) == seen
+    assert actors.statistics().coalesced == 4
+
+
+async def test_none_is_a_value_not_an_empty_slot(autojump_clock: trio.testing.MockClock) -> None:
+    """A deleted object's None reaches the handler like any other snapshot."""
+    handler = Recorder()
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "gone", None), (1.0, "gone", None)])
+            await trio.sleep_until(2.0)
+    assert handler.calls == [(0.0, "gone", None), (1.0, "gone", None)]
+
+
+@pytest.mark.parametrize(
+    ("steps", "times"),
+    [
+        pytest.param([RetryAfter(7.0), None], [0.0, 7.0], id="retry-after-is-exact"),
+        pytest.param(
+            [BoomError(), BoomError(), BoomError(), None], [0.0, 5.0, 15.0, 35.0], id="exponential"
+        ),
+        pytest.param(
+            [BoomError(), RetryAfter(1.0), BoomError(), None],
+            [0.0, 5.0, 6.0, 16.0],
+            id="retry-after-does-not-grow-the-count",
+        ),
+        pytest.param(
+            [BoomError(), BoomError(), RetryAfter(1.0), BoomError(), None],
+            [0.0, 5.0, 15.0, 16.0, 36.0],
+            id="retry-after-does-not-reset-the-count",
+        ),
+        pytest.param(
+            [ExceptionGroup("lb", [RetryAfter(3.0), RetryAfter(2.0)]), None],
+            [0.0, 3.0],
+            id="group-of-retry-afters",
+        ),
+        pytest.param(
+            [ExceptionGroup("lb", [RetryAfter(3.0), BoomError()]), None],
+            [0.0, 5.0],
+            id="group-with-a-failure",
+        ),
+    ],
+)
+async def test_retries_run_at_exact_times(
+    autojump_clock: trio.testing.MockClock, steps: list[BaseException | None], times: list[float]
+) -> None:
+    """RetryAfter waits exactly its delay; other errors wait 5 s, 10 s, 20 s ... per key."""
+    handler = Recorder(script={"k": steps})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            mailbox.put("k", "v")
+            await trio.sleep_until(times[-1] + 100.0)
+    assert handler.times("k") == times
+    assert handler.finished == [(times[-1], "k", "v")]
+    assert actors.statistics().retries == len(times) - 1
+
+
+async def test_exponential_backoff_is_per_key(autojump_clock: trio.testing.MockClock) -> None:
+    """A key that starts failing later starts from the base delay, whatever others did."""
+    handler = Recorder(script={"a": [BoomError(), BoomError(), None], "b": [BoomError(), None]})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "a", 1), (6.0, "b", 1)])
+            await trio.sleep_until(100.0)
+    assert (handler.times("a"), handler.times("b")) == ([0.0, 5.0, 15.0], [6.0, 11.0])
+
+
+async def test_a_newer_snapshot_is_retried_without_resetting_the_backoff(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The retry takes the newest value, on the failing operation's schedule."""
+    handler = Recorder(script={"k": [BoomError(), BoomError(), None]})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "k", "v1"), (1.0, "k", "v2"), (6.0, "k", "v3")])
+            await trio.sleep_until(100.0)
+    assert handler.calls == [(0.0, "k", "v1"), (5.0, "k", "v2"), (15.0, "k", "v3")]
+
+
+async def test_success_resets_the_backoff(autojump_clock: trio.testing.MockClock) -> None:
+    """After a success, the next failure of the key waits the base delay again."""
+    handler = Recorder(script={"k": [BoomError(), None, BoomError(), None]})
+    backoff = Backoff(5.0, 300.0, jitter=0.0)
+    actors = make(handler, backoff=backoff)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "k", "v1"), (10.0, "k", "v2")])
+            await trio.sleep_until(100.0)
+    assert handler.calls == [
+        (0.0, "k", "v1"),
+        (5.0, "k", "v1"),
+        (10.0, "k", "v2"),
+        (15.0, "k", "v2"),
+    ]
+    assert backoff.failures("k") == 0
+
+
+async def test_a_crashing_key_does_not_disturb_others(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A key whose handler always raises is logged and retried; other keys carry on."""
+    handler = Recorder(broken=frozenset({"bad"}))
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with capture_logs() as logs, trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(
+                mailbox, [(0.0, "bad", 1), (0.0, "good", 1), (3.0, "good", 2), (16.0, "good", 3)]
+            )
+            await trio.sleep_until(20.0)
+            assert actors.statistics().alive == 2
+    assert handler.times("bad") == [0.0, 5.0, 15.0]
+    assert [(t, v) for t, k, v in handler.finished if k == "good"] == [
+        (0.0, 1),
+        (3.0, 2),
+        (16.0, 3),
+    ]
+    failed = [entry for entry in logs if entry["event"] == "actor.failed"]
+    assert [(e["key"], e["failures"], e["retry_in_s"]) for e in failed] == [
+        ("bad", 1, 5.0),
+        ("bad", 2, 10.0),
+        ("bad", 3, 20.0),
+    ]
+    assert all(e["log_level"] == "warning" for e in failed)
+    assert all(isinstance(e["exc_info"], BoomError) for e in failed)
+    assert all(e["controller"] == "test-controller" for e in failed)
+
+
+async def test_retry_after_is_logged_without_a_traceback(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A RetryAfter is logged as actor.retrying at info, with its reason and delay."""
+    handler = Recorder(script={"lb": [RetryAfter(30.0, "load balancer still provisioning"), None]})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with capture_logs() as logs, trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            mailbox.put("lb", 1)
+            await trio.sleep_until(31.0)
+    assert logs == [
+        {
+            "event": "actor.retrying",
+            "log_level": "info",
+            "controller": "test-controller",
+            "key": "lb",
+            "retry_in_s": 30.0,
+            "failures": 0,
+            "reason": "load balancer still provisioning",
+        }
+    ]
+
+
+async def test_the_handler_runs_with_the_key_bound_in_contextvars(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The handler's own structlog lines carry the controller and key through contextvars."""
+    handler = Recorder()
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            mailbox.put("default/web", 1)
+            await trio.sleep(1.0)
+    assert handler.contexts == [{"controller": "test-controller", "key": "default/web"}]
+    assert structlog.contextvars.get_contextvars() == {}
+
+
+@pytest.mark.parametrize(
+    ("puts", "handler_s", "idle_timeout_s", "exit_at"),
+    [
+        pytest.param([0.0], 0.0, 0.0, 0.0, id="zero-timeout-exits-at-once"),
+        pytest.param([0.0], 0.0, 5.0, 5.0, id="five-seconds"),
+        pytest.param([0.0], 2.0, 5.0, 7.0, id="counted-from-the-end-of-the-call"),
+        pytest.param([0.0, 4.0], 0.0, 5.0, 9.0, id="a-new-value-restarts-the-count"),
+    ],
+)
+async def test_idle_children_exit_after_idle_timeout(
+    autojump_clock: trio.testing.MockClock,
+    puts: list[float],
+    handler_s: float,
+    idle_timeout_s: float,
+    exit_at: float,
+) -> None:
+    """A child with nothing to do exits idle_timeout_s after its last call; a value respawns it."""
+    handler = Recorder(sleep_s=handler_s)
+    actors = make(handler, idle_timeout_s=idle_timeout_s)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(at, "k", i) for i, at in enumerate(puts)])
+            if exit_at > puts[-1]:
+                await trio.sleep_until(exit_at - 0.001)
+                assert actors.statistics().alive == 1
+                assert actors.actor_statistics("k") is not None
+            await trio.sleep_until(exit_at + 0.001)
+            assert actors.statistics().alive == 0
+            assert actors.actor_statistics("k") is None
+            mailbox.put("k", "again")
+            await trio.sleep(0.001 + handler_s)
+            assert actors.statistics().spawned == 2
+    assert handler.values("k")[-1] == "again"
+
+
+@pytest.mark.parametrize(
+    ("handler_s", "grace_s", "ended_at", "completed"),
+    [
+        pytest.param(3.0, 10.0, 3.0, True, id="finishes-within-grace"),
+        pytest.param(30.0, 10.0, 11.0, False, id="cancelled-when-grace-ends"),
+        pytest.param(30.0, 0.0, 1.0, False, id="no-grace"),
+    ],
+)
+async def test_shutdown_lets_handler_calls_finish_within_grace(
+    autojump_clock: trio.testing.MockClock,
+    handler_s: float,
+    grace_s: float,
+    ended_at: float,
+    completed: bool,
+) -> None:
+    """On cancellation, a call in flight gets grace_s to finish; idle and retrying children stop."""
+    handler = Recorder(sleep_s=handler_s, broken=frozenset({"failing"}))
+    actors = make(handler, grace_s=grace_s)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with capture_logs() as logs, trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actors.serve, mailbox)
+            mailbox.put("busy", 1)
+            await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() == ended_at
+    assert handler.finished == ([(ended_at, "busy", 1)] if completed else [])
+    assert actors.statistics().abandoned == (0 if completed else 1)
+    assert actors.statistics().alive == 0
+    abandoned = [e for e in logs if e["event"] == "actor.abandoned"]
+    assert [(e["key"], e["grace_s"]) for e in abandoned] == (
+        [] if completed else [("busy", grace_s)]
+    )
+
+
+async def test_shutdown_stops_idle_waiting_and_backing_off_children_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Children not in a handler call are cancelled immediately, whatever grace_s is."""
+    handler = Recorder(broken=frozenset({"failing"}))
+    limiter = trio.CapacityLimiter(2)
+    actors = make(handler, limiter=limiter, grace_s=60.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actors.serve, mailbox)
+            await feed(mailbox, [(0.0, "idle", 1), (0.0, "failing", 1)])
+            await trio.sleep(0.5)
+            await limiter.acquire_on_behalf_of("someone else")
+            await limiter.acquire_on_behalf_of("another controller")
+            mailbox.put("waiting", 1)
+            await trio.sleep(0.5)
+            states = {k: getattr(actors.actor_statistics(k), "state", None) for k in actors}
+            assert states == {"idle": "idle", "failing": "backoff", "waiting": "waiting"}
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() == 1.0
+    assert len(actors) == 0
+    assert handler.values("waiting") == []
+
+
+async def test_one_timer_expires_children_in_deadline_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Children parked at different times exit each idle_timeout_s after their own last call."""
+    handler = Recorder()
+    actors = make(handler, idle_timeout_s=5.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    alive: dict[float, list[str]] = {}
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            puts = [(0.0, "a", 1), (1.0, "b", 1), (2.0, "c", 1), (3.0, "b", 2)]
+            await feed(mailbox, puts)
+            for at in (4.5, 5.5, 6.5, 7.5, 8.5):
+                await trio.sleep_until(at)
+                alive[at] = sorted(actors)
+    assert alive == {4.5: ["a", "b", "c"], 5.5: ["b", "c"], 6.5: ["b", "c"], 7.5: ["b"], 8.5: []}
+
+
+async def test_statistics_reflect_the_children(autojump_clock: trio.testing.MockClock) -> None:
+    """statistics() counts children by state, pending values and their age, retries."""
+    handler = Recorder(sleep_s={"a": 10.0}, broken=frozenset({"c"}))
+    actors = make(handler, limit=1)  # "a" holds the one token from t=1 to t=11
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(
+                mailbox,
+                [(0.0, "c", 1), (0.0, "d", 1), (1.0, "a", 1), (1.5, "b", 1), (2.0, "a", 2)],
+            )
+            await trio.sleep_until(3.0)
+            stats = actors.statistics()
+            assert (stats.alive, stats.idle, stats.waiting, stats.busy, stats.backing_off) == (
+                4,
+                1,
+                1,
+                1,
+                1,
+            )
+            assert (stats.pending, stats.oldest_pending_s) == (2, 1.5)
+            assert (stats.spawned, stats.handled, stats.retries, stats.coalesced) == (4, 1, 1, 0)
+            assert actors.actor_statistics("c") == ActorStatistics(
+                key="c", state="backoff", pending=False, pending_s=None, failures=1, retry_in_s=2.0
+            )
+            assert actors.actor_statistics("b") == ActorStatistics(
+                key="b", state="waiting", pending=True, pending_s=1.5, failures=0, retry_in_s=None
+            )
+            assert actors.actor_statistics("a") == ActorStatistics(
+                key="a", state="busy", pending=True, pending_s=1.0, failures=0, retry_in_s=None
+            )
+            assert actors.actor_statistics("nobody") is None
+            assert sorted(actors) == ["a", "b", "c", "d"]
+            assert "a" in actors
+            assert "nobody" not in actors
+    assert actors.statistics().name == "test-controller"
+
+
+async def test_a_closed_mailbox_is_drained_then_serve_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """After close, pending values are handled and serve returns without waiting for idleness."""
+    handler = Recorder(sleep_s=2.0)
+    actors = make(handler, idle_timeout_s=3600.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    mailbox.put("a", 1)
+    mailbox.put("b", 1)
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actors.serve, mailbox)
+            await trio.sleep(1.0)
+            mailbox.put("a", 2)
+            mailbox.close()
+        assert trio.current_time() == 4.0
+    assert sorted(handler.finished) == [(2.0, "a", 1), (2.0, "b", 1), (4.0, "a", 2)]
+    assert len(actors) == 0
+
+
+async def test_serve_refuses_to_run_twice_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """A second concurrent serve() is a programming error and says so."""
+    actors = make(Recorder())
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            with pytest.raises(
+                RuntimeError, match="test-controller: serve\\(\\) is already running"
+            ):
+                await actors.serve(mailbox)
+
+
+@pytest.mark.parametrize(
+    ("idle_timeout_s", "grace_s", "fragment"),
+    [
+        pytest.param(-1.0, 0.0, "idle_timeout_s=-1.0 must be >= 0", id="idle"),
+        pytest.param(30.0, float("nan"), "grace_s=nan must be >= 0", id="grace"),
+    ],
+)
+def test_invalid_timeouts_are_refused(idle_timeout_s: float, grace_s: float, fragment: str) -> None:
+    """Negative or NaN durations raise ValueError naming the controller and the value."""
+    with pytest.raises(ValueError, match=f"test-controller: {fragment}"):
+        make(Recorder(), idle_timeout_s=idle_timeout_s, grace_s=grace_s)
