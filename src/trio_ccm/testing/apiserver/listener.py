@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -20,10 +19,11 @@ from typing import Any, NoReturn
 
 import trio
 import yaml
-from hypercorn.config import Config, Sockets
+from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from trio_ccm.http import ContextConfig, bind_socket
 from trio_ccm.testing.apiserver.server import ApiServer, Request
 
 Scope = MutableMapping[str, Any]
@@ -104,21 +104,6 @@ async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> No
             return
 
 
-class _Config(Config):
-    """hypercorn's Config with an in-memory SSL context instead of certificate files."""
-
-    def __init__(self, context: ssl.SSLContext | None) -> None:
-        super().__init__()
-        self._context = context
-
-    @property
-    def ssl_enabled(self) -> bool:
-        return self._context is not None
-
-    def create_ssl_context(self) -> ssl.SSLContext | None:
-        return self._context
-
-
 @dataclass(frozen=True)
 class Listening:
     """Where a running emulator listens, and how to reach it."""
@@ -171,16 +156,6 @@ def _tls(host: str) -> tuple[ssl.SSLContext, bytes]:
     return context, ca.cert_pem.bytes()
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
-
-
 async def serve_apiserver(
     server: ApiServer,
     *,
@@ -191,13 +166,13 @@ async def serve_apiserver(
 ) -> NoReturn:
     """Serve `server` over HTTP(S) until cancelled; `task_status.started(Listening)`."""
     context, ca_pem = _tls(host) if tls else (None, None)
-    config = _Config(context)
+    config = ContextConfig(context)
     config.accesslog = None
     config.errorlog = None
     config.keep_alive_timeout = 75
     asgi: Any = AsgiApp(server)  # hypercorn types ASGI apps with its own TypedDicts
     app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
-    sock = _bind(host, port)
+    sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     listening = Listening(
@@ -218,4 +193,4 @@ async def serve_apiserver(
         while server.faults.refusing():
             with trio.move_on_at(server.faults.refuse_until):
                 await server.faults.outage_ended.wait()
-        sock = _bind(host, bound_port)
+        sock = bind_socket(host, bound_port)
