@@ -135,13 +135,8 @@ class _App:
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         response = self._route(scope)
@@ -187,6 +182,17 @@ class _App:
         if endpoint not in _HEALTH_ENDPOINTS:
             return False
         return not slash or any(c.name == name for c in self._checks[endpoint])
+
+
+async def answer_lifespan(receive: _Receive, send: _Send) -> None:
+    """ASGI lifespan: acknowledge startup and shutdown (there is nothing to set up)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 class ContextConfig(Config):

@@ -121,16 +121,17 @@ class Informer(Generic[T]):
                 failures = 0
                 await self._watch_until_relist()
             except KubeError as exc:
-                self.errors += 1
                 failures += 1
-                delay = self._backoff(failures)
-                log.warning(
-                    "informer.failed",
-                    resource=self.resource.plural,
-                    error=str(exc),
-                    retry_in_s=round(delay, 3),
-                )
-                await trio.sleep(delay)
+                await trio.sleep(self._failed("informer.failed", exc, failures))
+
+    def _failed(self, event: str, exc: KubeError, failures: int) -> float:
+        """Count and log a failure; return how long to back off before the next try."""
+        self.errors += 1
+        delay = self._backoff(failures)
+        log.warning(
+            event, resource=self.resource.plural, error=str(exc), retry_in_s=round(delay, 3)
+        )
+        return delay
 
     def _backoff(self, failures: int) -> float:
         base, cap = self.backoff_s
@@ -201,15 +202,8 @@ class Informer(Generic[T]):
                 )
                 return
             except KubeError as exc:
-                self.errors += 1
                 failures += 1
-                delay = self._backoff(failures)
-                log.warning(
-                    "watch.failed",
-                    resource=self.resource.plural,
-                    error=str(exc),
-                    retry_in_s=round(delay, 3),
-                )
+                delay = self._failed("watch.failed", exc, failures)
                 with trio.move_on_at(resync_at):
                     await trio.sleep(delay)
 

@@ -23,7 +23,7 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from trio_ccm.http import ContextConfig, bind_socket
+from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket
 from trio_ccm.testing.apiserver.server import ApiServer, Request
 
 Scope = MutableMapping[str, Any]
@@ -40,13 +40,8 @@ class AsgiApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         chunks = []
