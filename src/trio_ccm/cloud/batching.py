@@ -1,0 +1,210 @@
+"""Coalesce concurrent per-Node metadata lookups into bulk cloud calls.
+
+`MetadataBatcher.instance_metadata(node)` answers one Node, but the lookups that arrive
+within `window_s` of the first one of a batch are answered together by one
+`BulkInstances.instances_metadata(nodes)` call. A batch holds at most `max_batch` distinct
+Nodes; a full batch is sent at once and the next lookup starts a new one.
+`all_metadata(nodes)` serves periodic sweeps: one bulk call per `max_batch` Nodes.
+
+Who makes the call. There is no background task and no `serve()`: a batcher that works
+only while someone serves it is one more thing to wire and to forget, and the caller
+already owns the cancel scope the call belongs in (the controllers' scope, cancelled when
+the Lease is lost). So the call runs in one of the waiting callers, the batch's *driver*:
+the first caller of a batch waits out the window, sends the batch and wakes the others.
+A driver that is cancelled does not shield the call (cancellation must stop cloud calls at
+once, and a shield would hold the cancelled caller hostage to a slow cloud); it leaves the
+batch, and the next waiter to run takes the driver's place: it waits out what is left of
+the window, or, when the cancelled call was already under way, sends the batch again at
+once (without the cancelled caller's Node, unless someone else asked for it too). So the
+other waiters always get their answer, at the price of a repeated read when a driver is
+cancelled mid-call. When every waiter of a batch is gone, the batch is dropped: nothing
+leaks.
+
+Outcomes. A Node missing from the bulk answer raises `InstanceNotFoundError` naming the
+Node, in its own waiters only. An exception from the bulk call is raised in every waiter
+of the batch, as the same object (so `RetryAfter` and `ThrottledError` keep their type and
+fields); before each raise its traceback is reset to the bulk call's, so it never grows by
+more than the raising waiter's own frames however many waiters raise it.
+
+Duplicate Node names in one batch are sent once, with the latest `NodeInfo` given.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import trio
+
+from trio_ccm.cloud.provider import BulkInstances, InstanceMetadata, InstanceNotFoundError, NodeInfo
+
+__all__ = ["BatcherStatistics", "MetadataBatcher"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherStatistics:
+    """A snapshot of one MetadataBatcher."""
+
+    batches: int  # bulk calls started (a batch re-sent after a cancelled driver counts twice)
+    nodes: int  # Nodes asked for in those calls, in total
+    largest: int  # Nodes in the largest call
+    pending: int  # instance_metadata() calls waiting for an answer now
+
+
+class _Batch:
+    """Lookups answered by one bulk call."""
+
+    __slots__ = ("answer", "changed", "deadline", "driver", "error", "interest", "nodes", "open")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline  # when the window closes
+        self.open = True  # still taking lookups
+        self.nodes: dict[str, NodeInfo] = {}
+        self.interest: Counter[str] = Counter()  # waiters per Node name
+        self.driver: object | None = None  # the waiter that sends the batch
+        self.changed = trio.Event()  # set on: full, driver gone, answered
+        self.answer: Mapping[str, InstanceMetadata] | None = None
+        self.error: tuple[BaseException, TracebackType | None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.answer is not None or self.error is not None
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def outcome(self, name: str) -> InstanceMetadata:
+        if self.error is not None:
+            error, traceback = self.error
+            raise error.with_traceback(traceback)
+        assert self.answer is not None
+        found = self.answer.get(name)
+        if found is None:
+            raise InstanceNotFoundError(
+                f"Node {name}: the cloud's bulk instance lookup returned no instance for it; "
+                "check that its instance exists (it may have been terminated)"
+            )
+        return found
+
+
+class MetadataBatcher:
+    """Answers per-Node metadata lookups with shared bulk calls; see the module docstring."""
+
+    def __init__(
+        self, bulk: BulkInstances, *, window_s: float = 0.02, max_batch: int = 200
+    ) -> None:
+        if not window_s >= 0:
+            raise ValueError(f"MetadataBatcher: window_s must be >= 0, got {window_s!r}")
+        if max_batch < 1:
+            raise ValueError(f"MetadataBatcher: max_batch must be at least 1, got {max_batch!r}")
+        self._bulk = bulk
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self._open: _Batch | None = None
+        self._batches = 0
+        self._nodes = 0
+        self._largest = 0
+        self._pending = 0
+
+    async def instance_metadata(self, node: NodeInfo) -> InstanceMetadata:
+        """The Node's metadata from a bulk call shared with concurrent lookups.
+
+        Raises InstanceNotFoundError when the answer lacks the Node, and the bulk call's
+        own exception when it failed.
+        """
+        name = node.name
+        batch = self._join(node)
+        me = object()
+        self._pending += 1
+        try:
+            while not batch.done:
+                if batch.driver is None:
+                    batch.driver = me
+                if batch.driver is not me:
+                    await batch.changed.wait()
+                elif batch.open:
+                    with trio.move_on_at(batch.deadline):
+                        await batch.changed.wait()  # until full, or the window's end
+                    if trio.current_time() >= batch.deadline:
+                        self._close(batch)
+                else:
+                    await self._send(batch)
+            # Every caller has waited at least once above: a batch is closed before it is
+            # sent, so a caller never joins one that is already answered.
+            return batch.outcome(name)
+        finally:
+            self._pending -= 1
+            self._leave(batch, name, me)
+
+    def _join(self, node: NodeInfo) -> _Batch:
+        batch = self._open
+        if batch is None:
+            batch = self._open = _Batch(trio.current_time() + self.window_s)
+        batch.nodes[node.name] = node
+        batch.interest[node.name] += 1
+        if len(batch.nodes) >= self.max_batch:
+            self._close(batch)
+            batch.wake()  # the driver sends it now
+        return batch
+
+    def _close(self, batch: _Batch) -> None:
+        batch.open = False
+        if self._open is batch:
+            self._open = None
+
+    def _leave(self, batch: _Batch, name: str, me: object) -> None:
+        batch.interest[name] -= 1
+        if batch.interest[name] <= 0:
+            del batch.interest[name]
+            if not batch.done:
+                batch.nodes.pop(name, None)
+        if batch.done:
+            return
+        if not batch.interest:
+            self._close(batch)  # nobody is left to wait for it
+        elif batch.driver is me:
+            batch.driver = None  # cancelled: the next waiter to run takes over
+            batch.wake()
+
+    async def _send(self, batch: _Batch) -> None:
+        nodes = list(batch.nodes.values())
+        self._count(len(nodes))
+        try:
+            answer = await self._bulk.instances_metadata(nodes)
+        except Exception as exc:  # delivered to every waiter of the batch, not handled
+            batch.error = (exc, exc.__traceback__)
+        else:
+            batch.answer = answer
+        batch.wake()
+
+    def _count(self, size: int) -> None:
+        self._batches += 1
+        self._nodes += size
+        self._largest = max(self._largest, size)
+
+    async def all_metadata(self, nodes: Sequence[NodeInfo]) -> Mapping[str, InstanceMetadata]:
+        """Metadata of all `nodes` (by name), one bulk call per `max_batch` distinct Nodes.
+
+        For periodic sweeps; the calls run one after the other and do not join the
+        batches of `instance_metadata`. Nodes without an instance are absent from the
+        answer; an exception from any call propagates.
+        """
+        distinct = list({node.name: node for node in nodes}.values())
+        merged: dict[str, InstanceMetadata] = {}
+        for start in range(0, len(distinct), self.max_batch):
+            chunk = distinct[start : start + self.max_batch]
+            self._count(len(chunk))
+            answer = await self._bulk.instances_metadata(chunk)
+            asked = {node.name for node in chunk}
+            merged.update((name, meta) for name, meta in answer.items() if name in asked)
+        if not distinct:
+            await trio.lowlevel.checkpoint()
+        return merged
+
+    def statistics(self) -> BatcherStatistics:
+        return BatcherStatistics(
+            batches=self._batches, nodes=self._nodes, largest=self._largest, pending=self._pending
+        )

@@ -1,0 +1,298 @@
+"""What a cloud provider implements: the protocols, the values they exchange, the errors.
+
+This mirrors k8s.io/cloud-provider in its InstancesV2 flavour, in Python: snake_case names
+of the upstream methods, all async, read-only views of Nodes and Services passed in.
+
+A provider object has a `name` (its provider-ID scheme), an `initialize()` called once each
+time this replica becomes leader (before any controller starts), and three optional
+capabilities, each `None` when the cloud does not offer it (the controllers that need it
+are then skipped with a log line):
+
+- `instances` (`Instances`): instance metadata, existence and shutdown, per Node. A
+  provider may also offer `BulkInstances.instances_metadata`, which answers for many Nodes
+  in one cloud call; trio-ccm then coalesces concurrent per-Node lookups and serves the
+  periodic address sync and lifecycle check from one bulk call per period.
+- `load_balancers` (`LoadBalancers`): one cloud load balancer per Service.
+- `routes` (`Routes`): pod-network routes per Node.
+
+Upstream's v1 `Instances` and `Zones` are folded into `instance_metadata` (as InstancesV2
+does); `Clusters` is used by no controller upstream and is left out.
+
+Errors: `InstanceNotFoundError` (the instance is gone), `ImplementedElsewhere` (another
+controller owns this load balancer), `RetryAfter(delay_s)` (retry after exactly this, e.g.
+a load balancer still provisioning), `ThrottledError` (the cloud refused the call for its
+rate; the shared budget slows down). Any other exception is retried with exponential
+backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from trio_ccm.errors import CcmError, RetryAfter
+
+__all__ = [
+    "ADDRESS_TYPES",
+    "BulkInstances",
+    "CloudProvider",
+    "ImplementedElsewhere",
+    "InstanceMetadata",
+    "InstanceNotFoundError",
+    "Instances",
+    "LoadBalancerIngress",
+    "LoadBalancerStatus",
+    "LoadBalancers",
+    "NodeAddress",
+    "NodeInfo",
+    "PortStatus",
+    "RetryAfter",
+    "Route",
+    "Routes",
+    "ServiceInfo",
+    "ServicePort",
+    "ThrottledError",
+]
+
+ADDRESS_TYPES = ("Hostname", "InternalIP", "ExternalIP", "InternalDNS", "ExternalDNS")
+"""The Node address types Kubernetes knows (core/v1 NodeAddressType)."""
+
+
+# -- errors ------------------------------------------------------------------------------
+class InstanceNotFoundError(CcmError):
+    """The cloud has no instance for this Node (it was terminated or never existed).
+
+    Raise it from `instance_metadata` (the Node stays tainted and is retried) or from
+    `instance_exists`, which should rather return False: an error is never read as "gone".
+    """
+
+
+class ImplementedElsewhere(CcmError):  # noqa: N818 - upstream's name
+    """Another controller owns this Service's load balancer; the service controller skips it.
+
+    Return it from `ensure_load_balancer`/`update_load_balancer` only; never from
+    `ensure_load_balancer_deleted`, so load balancers made earlier are still torn down.
+    """
+
+
+class ThrottledError(CcmError):
+    """The cloud refused the call because of its rate limits (HTTP 429, RequestLimitExceeded).
+
+    The shared budget halves the rate of the method's family and recovers it gradually;
+    the call is retried after `retry_after_s` when the cloud said, else with backoff.
+    """
+
+    def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
+        super().__init__(message or "the cloud throttled the call")
+        self.retry_after_s = retry_after_s
+
+
+# -- values ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """One address of a Node: `type` is one of ADDRESS_TYPES."""
+
+    type: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A read-only view of a Node, as providers see it."""
+
+    name: str
+    uid: str = ""
+    provider_id: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    addresses: tuple[NodeAddress, ...] = ()
+    pod_cidrs: tuple[str, ...] = ()
+    ready: bool | None = None
+    """The Ready condition: True, False, or None when Unknown or absent."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceMetadata:
+    """What the cloud knows about a Node's instance (upstream's InstanceMetadata).
+
+    `provider_id` lands in `spec.providerID` if the Node has none; `instance_type`, `zone`
+    and `region` become the well-known labels; `node_addresses` becomes
+    `status.addresses`; `additional_labels` are applied at initialisation only, except keys
+    in a Kubernetes namespace and keys the Node already has. `shutdown` is ours: a bulk
+    listing says whether the instance is stopped, so the lifecycle check needs no
+    per-Node call.
+    """
+
+    provider_id: str = ""
+    instance_type: str = ""
+    node_addresses: tuple[NodeAddress, ...] = ()
+    zone: str = ""
+    region: str = ""
+    additional_labels: Mapping[str, str] = field(default_factory=dict)
+    shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    protocol: str
+    port: int
+    node_port: int = 0
+    app_protocol: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """A read-only view of a Service of type LoadBalancer."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    ports: tuple[ServicePort, ...] = ()
+    external_traffic_policy: str = "Cluster"
+    health_check_node_port: int = 0
+    load_balancer_class: str | None = None
+    load_balancer_ip: str = ""
+    load_balancer_source_ranges: tuple[str, ...] = ()
+    session_affinity: str = "None"
+    ip_families: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PortStatus:
+    port: int
+    protocol: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalancerIngress:
+    """One ingress point; `ip_mode` is "VIP" or "Proxy" (Kubernetes 1.30+), None to omit."""
+
+    ip: str = ""
+    hostname: str = ""
+    ip_mode: str | None = None
+    ports: tuple[PortStatus, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalancerStatus:
+    ingress: tuple[LoadBalancerIngress, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A pod-network route: traffic for `destination_cidr` goes to `target_node`.
+
+    `name` is the provider's (ignored on create); `blackhole` marks a route whose target
+    is gone; `target_node_addresses` is filled only when the provider set
+    `Routes.enable_node_addresses`.
+    """
+
+    target_node: str
+    destination_cidr: str
+    name: str = ""
+    blackhole: bool = False
+    target_node_addresses: tuple[NodeAddress, ...] = ()
+
+
+# -- capabilities ------------------------------------------------------------------------
+@runtime_checkable
+class Instances(Protocol):
+    async def instance_metadata(self, node: NodeInfo) -> InstanceMetadata | None:
+        """Metadata of the Node's instance; look it up by provider ID first, then by name.
+
+        None means "nothing to say": the Node stays tainted and is asked again later.
+        """
+        ...
+
+    async def instance_exists(self, node: NodeInfo) -> bool:
+        """False only when the instance is gone for good: its Node is then deleted.
+
+        Stopped instances exist. When unsure, raise: errors never delete a Node.
+        """
+        ...
+
+    async def instance_shutdown(self, node: NodeInfo) -> bool:
+        """True when the instance exists but is stopped (its Node gets the shutdown taint)."""
+        ...
+
+
+@runtime_checkable
+class BulkInstances(Protocol):
+    async def instances_metadata(self, nodes: Sequence[NodeInfo]) -> Mapping[str, InstanceMetadata]:
+        """Metadata for many Nodes in one cloud call, keyed by Node name.
+
+        A Node missing from the answer has no instance. trio-ccm asks `instance_exists`
+        before deleting such a Node, so a bulk listing that misses an instance (eventual
+        consistency) never deletes a Node on its own.
+        """
+        ...
+
+
+@runtime_checkable
+class LoadBalancers(Protocol):
+    async def get_load_balancer(
+        self, cluster: str, service: ServiceInfo
+    ) -> LoadBalancerStatus | None:
+        """The status of the Service's load balancer, or None when there is none."""
+        ...
+
+    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str: ...
+
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        """Create or update the load balancer to match the Service and balance to `nodes`."""
+        ...
+
+    async def update_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> None:
+        """Change only the backends to `nodes`."""
+        ...
+
+    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
+        """Delete the load balancer; succeed when there is none (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class Routes(Protocol):
+    enable_node_addresses: bool
+
+    async def list_routes(self, cluster: str) -> Sequence[Route]: ...
+
+    async def create_route(self, cluster: str, name_hint: str, route: Route) -> None:
+        """Create `route`; `name_hint` is the target Node's UID."""
+        ...
+
+    async def delete_route(self, cluster: str, route: Route) -> None:
+        """Delete a route as `list_routes` returned it."""
+        ...
+
+
+@runtime_checkable
+class CloudProvider(Protocol):
+    """A cloud: its provider-ID scheme, its start-up hook and its capabilities."""
+
+    name: str
+    instances: Instances | None
+    load_balancers: LoadBalancers | None
+    routes: Routes | None
+
+    async def initialize(self) -> None:
+        """Called each time this replica becomes leader, before the controllers start."""
+        ...
+
+
+def bulk_instances(instances: Instances) -> BulkInstances | None:
+    """The provider's bulk lookup, when its `instances` also implements BulkInstances."""
+    return instances if isinstance(instances, BulkInstances) else None
