@@ -1,0 +1,164 @@
+"""HTTP to the simulated cloud, and the one place where its answers become exceptions.
+
+- 429 becomes `ThrottledError(retry_after_s=...)` (the shared budget slows down);
+- 202 from a load balancer write ("still provisioning") becomes `RetryAfter(delay_s)`;
+- 404 becomes None when the caller said the resource may be missing, else SimCloudError;
+- any other error status, an unreadable answer, or no answer becomes `SimCloudError`
+  naming the call, its target and the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from trio_ccm._version import __version__
+from trio_ccm.cloud.provider import ThrottledError
+from trio_ccm.cloud.sim.errors import SimCloudError
+from trio_ccm.cloud.sim.wire import ErrorWire
+from trio_ccm.errors import RetryAfter
+
+T = TypeVar("T")
+
+REPLICA_HEADER = "X-Sim-Replica"
+
+
+def segment(value: str) -> str:
+    """`value` quoted as one URL path segment."""
+    return quote(value, safe="")
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (the simulated cloud sends decimals); None if absent."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # an HTTP date: the simulated cloud never sends one
+    return max(seconds, 0.0)
+
+
+def _cloud_message(response: httpx.Response) -> tuple[str, str]:
+    """The (code, message) of an error answer, or the start of the body when it has none."""
+    try:
+        detail = msgspec.json.decode(response.content, type=ErrorWire).error
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "", response.text[:200]
+    return detail.code, detail.message
+
+
+def _reason(exc: BaseException) -> str:
+    """A readable reason for a transport error (under Trio its own message may be empty)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if str(seen):
+            return f"{type(seen).__name__}: {seen}"
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
+
+
+class SimClient:
+    """An httpx client for one simulated cloud, created on first use, tagged with the replica."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        replica: str,
+        transport: httpx.AsyncBaseTransport | None,
+        timeout_s: float,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.replica = replica
+        self._transport = transport
+        self._timeout_s = timeout_s
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                base_url=self.url,
+                transport=self._transport,
+                timeout=httpx.Timeout(self._timeout_s),
+                headers={
+                    REPLICA_HEADER: self.replica,
+                    "User-Agent": f"trio-ccm/{__version__} (sim)",
+                },
+            )
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        verb: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: msgspec.Struct | None = None,
+        missing_ok: bool = False,
+    ) -> httpx.Response | None:
+        """Make cloud call `method` on `target`; None for a 404 when `missing_ok`."""
+        content = None if body is None else msgspec.json.encode(body)
+        headers = {} if body is None else {"Content-Type": "application/json"}
+        try:
+            response = await self._client().request(
+                verb, path, params=params, content=content, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise SimCloudError(
+                f"sim cloud {method} {target}: no answer from {self.url} ({_reason(exc)}); "
+                "is the simulated cloud running there?",
+                method=method,
+                target=target,
+            ) from exc
+        if response.status_code == 404 and missing_ok:
+            return None
+        try:
+            response.raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            code, message = _cloud_message(response)
+            status = response.status_code
+            if status == 429:
+                raise ThrottledError(
+                    f"sim cloud {method} {target}: throttled: {message}",
+                    retry_after_s=_retry_after_s(response),
+                ) from exc
+            raise SimCloudError(
+                f"sim cloud {method} {target}: {status} {code}: {message}",
+                method=method,
+                target=target,
+                status=status,
+                code=code,
+            ) from exc
+        if response.status_code == 202:
+            delay_s = _retry_after_s(response)
+            raise RetryAfter(
+                1.0 if delay_s is None else delay_s,
+                f"sim cloud {method} {target}: still provisioning",
+            )
+        return response
+
+    @staticmethod
+    def decode(method: str, target: str, response: httpx.Response, into: type[T]) -> T:
+        """Read a successful answer as `into`; SimCloudError when it does not fit."""
+        try:
+            return msgspec.json.decode(response.content, type=into)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise SimCloudError(
+                f"sim cloud {method} {target}: unreadable answer ({exc})",
+                method=method,
+                target=target,
+                status=response.status_code,
+            ) from exc

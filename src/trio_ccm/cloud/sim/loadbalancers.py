@@ -1,0 +1,87 @@
+"""One simulated load balancer per Service, under `/v1/clusters/{cluster}/loadbalancers`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trio_ccm.cloud.provider import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    NodeInfo,
+    ServiceInfo,
+)
+from trio_ccm.cloud.sim.client import SimClient, segment
+from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
+
+MAX_NAME_LENGTH = 32
+
+
+def default_load_balancer_name(service: ServiceInfo) -> str:
+    """Upstream's DefaultLoadBalancerName: "a" + the UID without dashes, at most 32 chars."""
+    return ("a" + service.uid.replace("-", ""))[:MAX_NAME_LENGTH]
+
+
+def _status(lb: LoadBalancerWire) -> LoadBalancerStatus:
+    return LoadBalancerStatus(
+        tuple(LoadBalancerIngress(ip=i.ip, hostname=i.hostname) for i in lb.ingress)
+    )
+
+
+class SimLoadBalancers:
+    """LoadBalancers over the simulated cloud (a load balancer still provisioning: RetryAfter)."""
+
+    def __init__(self, client: SimClient) -> None:
+        self._client = client
+
+    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
+        return default_load_balancer_name(service)
+
+    def _where(self, cluster: str, service: ServiceInfo) -> tuple[str, str]:
+        name = self.load_balancer_name(cluster, service)
+        path = f"/v1/clusters/{segment(cluster)}/loadbalancers/{segment(name)}"
+        return f"{cluster}/{name}", path
+
+    async def get_load_balancer(
+        self, cluster: str, service: ServiceInfo
+    ) -> LoadBalancerStatus | None:
+        """The status (no ingress while provisioning), or None when there is none."""
+        target, path = self._where(cluster, service)
+        response = await self._client.request(
+            "GetLoadBalancer", target, "GET", path, missing_ok=True
+        )
+        if response is None:
+            return None
+        return _status(self._client.decode("GetLoadBalancer", target, response, LoadBalancerWire))
+
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        """Create or update the load balancer; RetryAfter while it is provisioning."""
+        target, path = self._where(cluster, service)
+        spec = LoadBalancerSpec(
+            service=service.key,
+            ports=[PortSpec(p.name, p.protocol, p.port, p.node_port) for p in service.ports],
+            nodes=[node.name for node in nodes],
+            load_balancer_ip=service.load_balancer_ip,
+        )
+        response = await self._client.request("PutLoadBalancer", target, "PUT", path, body=spec)
+        assert response is not None
+        return _status(self._client.decode("PutLoadBalancer", target, response, LoadBalancerWire))
+
+    async def update_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> None:
+        """Set the backends to `nodes`."""
+        target, path = self._where(cluster, service)
+        await self._client.request(
+            "SetLoadBalancerBackends",
+            target,
+            "PUT",
+            f"{path}/backends",
+            body=BackendsSpec([node.name for node in nodes]),
+        )
+
+    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
+        """Delete the load balancer; done already when the cloud has none."""
+        target, path = self._where(cluster, service)
+        await self._client.request("DeleteLoadBalancer", target, "DELETE", path, missing_ok=True)

@@ -1,0 +1,62 @@
+"""SimProvider: the `sim` cloud provider, a client of trio_ccm.testing.cloud over HTTP."""
+
+from __future__ import annotations
+
+import httpx
+
+from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
+from trio_ccm.cloud.sim.client import SimClient
+from trio_ccm.cloud.sim.errors import SimCloudError
+from trio_ccm.cloud.sim.instances import SimInstances
+from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers
+from trio_ccm.cloud.sim.routes import SimRoutes
+
+
+class SimProvider:
+    """The `sim` provider: instances (with bulk lookups), load balancers and routes.
+
+    Every request carries `X-Sim-Replica: <replica>`, so the simulated cloud's call log
+    tells which CCM replica made each call. `transport` replaces the network (tests pass
+    `SimCloud.transport()`); the HTTP client is created on first use and closed by
+    `aclose()`.
+    """
+
+    name = "sim"
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        replica: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.replica = replica
+        self._client = SimClient(url=url, replica=replica, transport=transport, timeout_s=timeout_s)
+        # Typed as the protocol declares them: its attributes are settable, hence invariant.
+        self.instances: Instances | None = SimInstances(self._client)
+        self.load_balancers: LoadBalancers | None = SimLoadBalancers(self._client)
+        self.routes: Routes | None = SimRoutes(self._client)
+
+    async def initialize(self) -> None:
+        """Check that the simulated cloud answers; SimCloudError saying where it was sought."""
+        try:
+            await self._client.request("Health", "", "GET", "/v1/health")
+        except SimCloudError as exc:
+            raise SimCloudError(
+                f"sim cloud at {self.url} is not usable: {exc}. Start it (e.g. with "
+                "trio_ccm.testing.cloud.serve_sim_cloud) and point the cloud config's "
+                "`url` at it.",
+                method=exc.method,
+                target=exc.target,
+                status=exc.status,
+                code=exc.code,
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (a later call opens a new one)."""
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        return f"SimProvider(url={self.url!r}, replica={self.replica!r})"

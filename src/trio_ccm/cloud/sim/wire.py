@@ -1,0 +1,77 @@
+"""The simulated cloud's JSON, as the provider reads it (msgspec Structs; extra fields ignored)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class InstanceWire(msgspec.Struct, frozen=True, rename="camel"):
+    id: str
+    name: str
+    instance_type: str = ""
+    zone: str = ""
+    region: str = ""
+    internal_ips: list[str] = msgspec.field(default_factory=list, name="internalIPs")
+    external_ips: list[str] = msgspec.field(default_factory=list, name="externalIPs")
+    hostname: str = ""
+    state: str = "running"
+
+
+class InstanceListWire(msgspec.Struct, frozen=True):
+    instances: list[InstanceWire]
+
+
+class IngressWire(msgspec.Struct, frozen=True):
+    ip: str = ""
+    hostname: str = ""
+
+
+class LoadBalancerWire(msgspec.Struct, frozen=True):
+    name: str
+    status: str = "active"
+    ingress: list[IngressWire] = msgspec.field(default_factory=list)
+
+
+class RouteWire(msgspec.Struct, frozen=True):
+    name: str
+    target_node: str = msgspec.field(name="targetNode")
+    destination_cidr: str = msgspec.field(name="destinationCIDR")
+    blackhole: bool = False
+
+
+class RouteListWire(msgspec.Struct, frozen=True):
+    routes: list[RouteWire]
+
+
+class ErrorDetailWire(msgspec.Struct, frozen=True):
+    code: str = ""
+    message: str = ""
+
+
+class ErrorWire(msgspec.Struct, frozen=True):
+    error: ErrorDetailWire
+
+
+# -- what the provider sends -------------------------------------------------------------
+class PortSpec(msgspec.Struct, frozen=True, rename="camel"):
+    name: str
+    protocol: str
+    port: int
+    node_port: int
+
+
+class LoadBalancerSpec(msgspec.Struct, frozen=True):
+    service: str
+    ports: list[PortSpec]
+    nodes: list[str]
+    load_balancer_ip: str = msgspec.field(default="", name="loadBalancerIP")
+
+
+class BackendsSpec(msgspec.Struct, frozen=True):
+    nodes: list[str]
+
+
+class RouteSpec(msgspec.Struct, frozen=True):
+    name: str
+    target_node: str = msgspec.field(name="targetNode")
+    destination_cidr: str = msgspec.field(name="destinationCIDR")

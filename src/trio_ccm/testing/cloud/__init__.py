@@ -1,0 +1,55 @@
+"""A simulated cloud for tests and demos, served in-process or over HTTP, with faults.
+
+cloud = SimCloud(seed=1)
+node = cloud.add_instance("node-1")
+async with httpx.AsyncClient(transport=cloud.transport(), base_url="http://sim-cloud"):
+    ...
+listening = await nursery.start(serve_sim_cloud, cloud)   # real HTTP on loopback
+write_cloud_config(path, url=listening.url, replica="ccm-0")  # for `--cloud-provider=sim`
+
+The HTTP API is documented in docs/sim-cloud.md.
+"""
+
+from trio_ccm.testing.cloud.config import cloud_config, write_cloud_config
+from trio_ccm.testing.cloud.errors import SimApiError
+from trio_ccm.testing.cloud.faults import (
+    METHOD_FAMILIES,
+    ErrorRule,
+    FaultRule,
+    Faults,
+    LatencyRule,
+    ThrottleRule,
+)
+from trio_ccm.testing.cloud.listener import Listening, serve_sim_cloud
+from trio_ccm.testing.cloud.model import (
+    Call,
+    CloudRoute,
+    Instance,
+    LoadBalancer,
+    LoadBalancerPort,
+)
+from trio_ccm.testing.cloud.server import Request, Response, SimCloud
+from trio_ccm.testing.cloud.transport import SimCloudTransport
+
+__all__ = [
+    "METHOD_FAMILIES",
+    "Call",
+    "CloudRoute",
+    "ErrorRule",
+    "FaultRule",
+    "Faults",
+    "Instance",
+    "LatencyRule",
+    "Listening",
+    "LoadBalancer",
+    "LoadBalancerPort",
+    "Request",
+    "Response",
+    "SimApiError",
+    "SimCloud",
+    "SimCloudTransport",
+    "ThrottleRule",
+    "cloud_config",
+    "serve_sim_cloud",
+    "write_cloud_config",
+]

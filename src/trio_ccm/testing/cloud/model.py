@@ -1,0 +1,138 @@
+"""The simulated cloud's resources and its call log: frozen values, replaced on change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+JSON = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+"""A JSON value, as the simulated cloud reads and writes it."""
+
+INSTANCE_STATES = ("running", "stopped", "terminated")
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A virtual machine. `visible_at` is when lookups first see it (eventual consistency)."""
+
+    id: str
+    name: str
+    instance_type: str
+    zone: str
+    region: str
+    internal_ips: tuple[str, ...]
+    external_ips: tuple[str, ...]
+    hostname: str
+    state: str
+    created_at: float
+    visible_at: float
+    terminated_at: float | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "instanceType": self.instance_type,
+            "zone": self.zone,
+            "region": self.region,
+            "internalIPs": list(self.internal_ips),
+            "externalIPs": list(self.external_ips),
+            "hostname": self.hostname,
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalancerPort:
+    """A listener of a load balancer, forwarding `port` to every backend's `node_port`."""
+
+    name: str
+    protocol: str
+    port: int
+    node_port: int
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "name": self.name,
+            "protocol": self.protocol,
+            "port": self.port,
+            "nodePort": self.node_port,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBalancer:
+    """A load balancer, named uniquely in the cloud and owned by one cluster's Service."""
+
+    name: str
+    cluster: str
+    service: str
+    ports: tuple[LoadBalancerPort, ...]
+    nodes: tuple[str, ...]
+    ingress_ip: str
+    hostname: str
+    created_at: float
+    ready_at: float
+
+    def to_json(self, now: float) -> dict[str, JSON]:
+        provisioning = now < self.ready_at
+        ingress: list[JSON] = []
+        if not provisioning:
+            ingress.append({"ip": self.ingress_ip, "hostname": self.hostname})
+        body: dict[str, JSON] = {
+            "name": self.name,
+            "cluster": self.cluster,
+            "service": self.service,
+            "ports": [port.to_json() for port in self.ports],
+            "nodes": list(self.nodes),
+            "status": "provisioning" if provisioning else "active",
+            "ingress": ingress,
+        }
+        if provisioning:
+            body["readyInSeconds"] = self.ready_at - now
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class CloudRoute:
+    """A pod-network route of one cluster; `blackhole` when its target instance is gone."""
+
+    name: str
+    cluster: str
+    target_node: str
+    destination_cidr: str
+    blackhole: bool = False
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "targetNode": self.target_node,
+            "destinationCIDR": self.destination_cidr,
+            "blackhole": self.blackhole,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One API call as the cloud saw it: when it arrived, who made it, how it was answered.
+
+    `time` is Trio's clock when the request arrived (before any injected latency), `wall`
+    the wall clock then; `replica` is the `X-Sim-Replica` header ("" without one).
+    """
+
+    time: float
+    wall: float
+    replica: str
+    method: str
+    target: str
+    status: int
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "time": self.time,
+            "wall": self.wall,
+            "replica": self.replica,
+            "method": self.method,
+            "target": self.target,
+            "status": self.status,
+        }
