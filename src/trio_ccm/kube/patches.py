@@ -140,3 +140,44 @@ def set_load_balancer_status(ingress: Iterable[Mapping[str, JSONValue]]) -> Patc
     listed: list[JSONValue] = [dict(i) for i in ingress]
     # An empty list would be merged away; null removes the ingress field itself.
     return Patch(MERGE, {"status": {"loadBalancer": {"ingress": listed or None}}})
+
+
+def _pointer(token: str) -> str:
+    """One JSON-pointer reference token (RFC 6901: `~` -> `~0`, `/` -> `~1`)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def initialize_node(
+    *,
+    taints: Sequence[Mapping[str, JSONValue]],
+    remove_taint_key: str,
+    provider_id: str | None,
+    labels_seen: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> Patch:
+    """One JSON patch that finishes a Node's initialisation: providerID, labels, and the
+    removal of every taint with `remove_taint_key`, guarded by the taints seen (so a taint
+    someone added meanwhile is never lost: the patch then fails and is retried).
+    """
+    ops: list[JSONValue] = []
+    existing = [_taint_json(t) for t in taints]
+    kept: list[JSONValue] = [t for t in existing if t.get("key") != remove_taint_key]
+    if len(kept) != len(existing):
+        ops += [
+            {"op": "test", "path": "/spec/taints", "value": list(existing)},
+            {"op": "replace", "path": "/spec/taints", "value": kept},
+        ]
+    if provider_id:
+        ops.append({"op": "add", "path": "/spec/providerID", "value": provider_id})
+    if labels:
+        if not labels_seen:
+            ops += [
+                {"op": "test", "path": "/metadata/labels", "value": None},
+                {"op": "add", "path": "/metadata/labels", "value": dict(labels)},
+            ]
+        else:
+            ops += [
+                {"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+                for k, v in labels.items()
+            ]
+    return Patch(JSON_PATCH, ops)

@@ -1,0 +1,350 @@
+"""cloud-node-controller: initialise Nodes from the cloud, then keep their addresses current.
+
+Upstream (`controllers/node/node_controller.go`) with these improvements:
+
+- **Concurrent initialisation** (`--concurrent-node-syncs`, 10 by default; upstream 1), one
+  actor per Node, and concurrent lookups coalesced into bulk `instances_metadata` calls
+  when the provider offers them (`cloud/batching.py`).
+- **Two writes per Node**: its addresses (status) first, then one JSON patch with the
+  provider ID, the labels and the removal of the uninitialized taint, guarded by the taints
+  seen. So the taint goes only after everything else is written, and a taint added by
+  someone else meanwhile is never lost (the patch fails, and is retried on the new Node).
+- **No metadata is retried**: a provider that says nothing (None) leaves the Node tainted
+  and retried with backoff, instead of waiting for some later update of the Node.
+- **The periodic address sync** (`--node-status-update-frequency`) asks for all Nodes in
+  bulk calls (one per `--cloud-batch-size` Nodes) when the provider can, instead of one call
+  per Node, and compares address lists in order (see `node_addresses.py`).
+
+Upstream behaviour kept: provider ID only when the Node has none (and an error when neither
+has one); instance-type/zone/region labels under both the GA and the beta names;
+additional labels minus Kubernetes-namespaced keys and keys the Node already has; legacy
+label reconciliation (the beta label is the source of truth) on initialised Nodes; the
+provided-node-ip rules; Event `Synced`; metrics
+`node_controller_cloud_provider_taint_removal_delay_seconds` and
+`node_controller_initial_node_sync_delay_seconds`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import prometheus_client
+import structlog
+import trio
+
+from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
+from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.node_addresses import desired_addresses
+from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
+from trio_ccm.cloud.provider import (
+    CloudProvider,
+    InstanceMetadata,
+    InstanceNotFoundError,
+    Instances,
+    NodeAddress,
+)
+from trio_ccm.errors import CcmError
+from trio_ccm.kube.client import KubeError, NotFoundError
+from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.patches import initialize_node, set_labels, set_node_addresses
+from trio_ccm.kube.wellknown import (
+    ANNOTATION_PROVIDED_NODE_IP,
+    LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_LEGACY,
+    LABEL_REGION,
+    LABEL_REGION_LEGACY,
+    LABEL_ZONE,
+    LABEL_ZONE_LEGACY,
+    REASON_SYNCED,
+    TAINT_UNINITIALIZED,
+)
+
+__all__ = ["NodeMetrics", "requires", "run"]
+
+log = structlog.get_logger("trio_ccm.actors.cloud_node")
+
+_KUBERNETES_NAMESPACED: Final = re.compile(r"(^|\.)(kubernetes|k8s)\.io/")
+# (beta label, GA label): the beta one is the source of truth on initialised Nodes.
+_LEGACY_LABELS: Final = (
+    (LABEL_ZONE_LEGACY, LABEL_ZONE),
+    (LABEL_REGION_LEGACY, LABEL_REGION),
+    (LABEL_INSTANCE_TYPE_LEGACY, LABEL_INSTANCE_TYPE),
+)
+_DELAY_BUCKETS: Final = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
+def requires(cloud: CloudProvider) -> str | None:
+    return None if cloud.instances is not None else "the cloud provider has no instances"
+
+
+class NodeMetrics:
+    """Upstream's node controller metrics (created once per registry)."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.taint_removal_delay = prometheus_client.Histogram(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Number of seconds after node creation when NodeController removed the cloud-provider "
+            "taint of a single node.",
+            buckets=_DELAY_BUCKETS,
+            registry=registry,
+        )
+        self.initial_sync_delay = prometheus_client.Histogram(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Number of seconds after node creation when NodeController finished the initial "
+            "synchronization of a single node.",
+            buckets=_DELAY_BUCKETS,
+            registry=registry,
+        )
+        self.address_updates = prometheus_client.Counter(
+            "node_controller_address_updates",
+            "Node status.addresses patches written (at initialisation and by the periodic sync).",
+            registry=registry,
+        )
+
+
+class _NodeController:
+    def __init__(self, ctx: ControllerContext, instances: Instances) -> None:
+        self.ctx = ctx
+        self.instances = instances
+        self.metrics = ctx.once("metrics", lambda: NodeMetrics(ctx.registry))
+
+    # -- cloud lookups -----------------------------------------------------------------
+    async def metadata(self, node: Node) -> InstanceMetadata:
+        info = node_info(node)
+        if self.ctx.batcher is not None:
+            return await self.ctx.batcher.instance_metadata(info)
+        found = await self.instances.instance_metadata(info)
+        if found is None:
+            raise CcmError(
+                f"Node {node.metadata.name}: the cloud provider returned no instance metadata; "
+                "the Node stays tainted and is asked again with backoff"
+            )
+        return found
+
+    # -- one Node ------------------------------------------------------------------------
+    async def sync(self, name: str, node: Node | None) -> None:
+        if node is None or node.metadata.deletion_timestamp:
+            return
+        if not has_taint(node, TAINT_UNINITIALIZED):
+            await self.reconcile_legacy_labels(node)
+            return
+        await self.initialize(node)
+
+    async def reconcile_legacy_labels(self, node: Node) -> None:
+        labels = node.metadata.labels
+        wanted = {
+            ga: labels[beta]
+            for beta, ga in _LEGACY_LABELS
+            if beta in labels and labels.get(ga) != labels[beta]
+        }
+        if wanted:
+            await self.ctx.kube.patch(NODES, node.metadata.name, set_labels(wanted))
+            log.info("node.labels-reconciled", node=node.metadata.name, labels=wanted)
+
+    async def initialize(self, node: Node) -> None:
+        name = node.metadata.name
+        log.debug("node.initializing", node=name)
+        try:
+            metadata = await self.metadata(node)
+        except InstanceNotFoundError as exc:
+            raise CcmError(
+                f"Node {name}: the cloud has no instance for it ({exc}); it stays tainted and "
+                "is retried (the lifecycle controller deletes it if the instance is gone)"
+            ) from exc
+        provider_id = ""
+        if not node.spec.provider_id:
+            provider_id = metadata.provider_id
+            if not provider_id:
+                raise CcmError(
+                    f"Node {name}: cloud provider does not set node provider ID for node {name}; "
+                    "it stays tainted"
+                )
+        addresses = desired_addresses(
+            name,
+            metadata.node_addresses,
+            [NodeAddress(a.type, a.address) for a in node.status.addresses],
+            node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
+        )
+        labels = self.labels_for(node, metadata)
+        if addresses is not None:
+            await self.write_addresses(node, addresses)
+        patch = initialize_node(
+            taints=taints_json(node),
+            remove_taint_key=TAINT_UNINITIALIZED,
+            provider_id=provider_id or None,
+            labels_seen=node.metadata.labels,
+            labels=labels,
+        )
+        await self.ctx.kube.patch(NODES, name, patch)
+        age = self.age_s(node)
+        if age is not None:
+            self.metrics.taint_removal_delay.observe(age)
+            self.metrics.initial_sync_delay.observe(age)
+        self.ctx.events.normal(node_ref(node), REASON_SYNCED, "Node synced successfully")
+        log.info(
+            "node.initialized",
+            node=name,
+            provider_id=provider_id or node.spec.provider_id,
+            instance_type=metadata.instance_type,
+            zone=metadata.zone,
+        )
+
+    def labels_for(self, node: Node, metadata: InstanceMetadata) -> dict[str, str]:
+        name = node.metadata.name
+        labels: dict[str, str] = {}
+        if metadata.instance_type:
+            labels[LABEL_INSTANCE_TYPE] = labels[LABEL_INSTANCE_TYPE_LEGACY] = (
+                metadata.instance_type
+            )
+        if metadata.zone:
+            labels[LABEL_ZONE] = labels[LABEL_ZONE_LEGACY] = metadata.zone
+        if metadata.region:
+            labels[LABEL_REGION] = labels[LABEL_REGION_LEGACY] = metadata.region
+        for key, value in metadata.additional_labels.items():
+            if _KUBERNETES_NAMESPACED.search(key):
+                log.warning(
+                    "node.label-refused",
+                    node=name,
+                    label=key,
+                    reason="additional labels in a Kubernetes namespace are not applied",
+                )
+            elif key in node.metadata.labels:
+                if node.metadata.labels[key] != value:
+                    log.warning(
+                        "node.label-kept",
+                        node=name,
+                        label=key,
+                        node_value=node.metadata.labels[key],
+                        cloud_value=value,
+                    )
+            else:
+                labels[key] = value
+        return {k: v for k, v in labels.items() if node.metadata.labels.get(k) != v}
+
+    async def write_addresses(self, node: Node, addresses: Sequence[NodeAddress]) -> None:
+        current = [NodeAddress(a.type, a.address) for a in node.status.addresses]
+        if list(addresses) == current:
+            return
+        patch = set_node_addresses({"type": a.type, "address": a.address} for a in addresses)
+        await self.ctx.kube.patch(NODES, node.metadata.name, patch, subresource="status")
+        self.metrics.address_updates.inc()
+        log.info(
+            "node.addresses-updated",
+            node=node.metadata.name,
+            addresses=[a.address for a in addresses],
+        )
+
+    def age_s(self, node: Node) -> float | None:
+        created = node.metadata.creation_timestamp
+        if not created:
+            return None
+        try:
+            moment = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return max(0.0, (self.ctx.now() - moment).total_seconds())
+
+    # -- the periodic address sync ---------------------------------------------------------
+    async def sync_addresses_forever(self) -> None:
+        """Every --node-status-update-frequency after the previous run ended (sliding)."""
+        period = self.ctx.settings.node_status_update_frequency_s
+        while True:
+            started = trio.current_time()
+            await self.sync_addresses()
+            log.debug("node.addresses-synced", took_s=trio.current_time() - started)
+            await trio.sleep(period)
+
+    async def sync_addresses(self) -> None:
+        nodes = [
+            n
+            for n in self.ctx.nodes.items()
+            if not has_taint(n, TAINT_UNINITIALIZED) and not n.metadata.deletion_timestamp
+        ]
+        if not nodes:
+            return
+        found: Mapping[str, InstanceMetadata | None]
+        if self.ctx.batcher is not None:
+            try:
+                found = await self.ctx.batcher.all_metadata([node_info(n) for n in nodes])
+            except Exception as exc:  # a failed sweep waits for the next period
+                log.warning("node.address-sync-failed", nodes=len(nodes), error=str(exc))
+                return
+        else:
+            found = await self.lookup_each(nodes)
+        workers = (
+            self.ctx.settings.concurrent_node_status_updates
+            or self.ctx.settings.concurrent_node_syncs
+        )
+        limiter = trio.CapacityLimiter(workers)
+        async with trio.open_nursery() as nursery:
+            for node in nodes:
+                metadata = found.get(node.metadata.name)
+                if metadata is not None:
+                    nursery.start_soon(self.update_one, node, metadata, limiter)
+
+    async def lookup_each(self, nodes: Sequence[Node]) -> dict[str, InstanceMetadata | None]:
+        workers = (
+            self.ctx.settings.concurrent_node_status_updates
+            or self.ctx.settings.concurrent_node_syncs
+        )
+        limiter = trio.CapacityLimiter(workers)
+        found: dict[str, InstanceMetadata | None] = {}
+
+        async def one(node: Node) -> None:
+            async with limiter:
+                try:
+                    found[node.metadata.name] = await self.instances.instance_metadata(
+                        node_info(node)
+                    )
+                except Exception as exc:  # skipped until the next period
+                    log.warning(
+                        "node.address-lookup-failed", node=node.metadata.name, error=str(exc)
+                    )
+
+        async with trio.open_nursery() as nursery:
+            for node in nodes:
+                nursery.start_soon(one, node)
+        return found
+
+    async def update_one(
+        self, node: Node, metadata: InstanceMetadata, limiter: trio.CapacityLimiter
+    ) -> None:
+        async with limiter:
+            current = self.ctx.nodes.get(node.metadata.name) or node
+            if has_taint(current, TAINT_UNINITIALIZED):
+                return
+            try:
+                addresses = desired_addresses(
+                    current.metadata.name,
+                    metadata.node_addresses,
+                    [NodeAddress(a.type, a.address) for a in current.status.addresses],
+                    current.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
+                )
+                if addresses is not None:
+                    await self.write_addresses(current, addresses)
+            except NotFoundError:
+                return
+            except (CcmError, KubeError) as exc:
+                log.warning("node.address-sync-failed", node=current.metadata.name, error=str(exc))
+
+
+async def run(ctx: ControllerContext) -> None:
+    """The controller: per-Node initialisation actors, and the periodic address sync."""
+    instances = ctx.cloud.instances
+    assert instances is not None  # requires() said so
+    controller = _NodeController(ctx, instances)
+    mailbox = ctx.nodes.subscribe()
+    try:
+        actors = ctx.keyed(
+            controller.sync,
+            limiter=trio.CapacityLimiter(ctx.settings.concurrent_node_syncs),
+            backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actors.serve, mailbox)
+            nursery.start_soon(controller.sync_addresses_forever)
+    finally:
+        ctx.nodes.unsubscribe(mailbox)

@@ -1,0 +1,166 @@
+"""cloud-node-lifecycle-controller: delete Nodes whose instance is gone, taint shut-down ones.
+
+Upstream (`controllers/nodelifecycle`): every `--node-monitor-period` (5 s, sliding), for each
+Node: Ready=True → remove the shutdown taint if present (no cloud call); otherwise ask the
+cloud whether the instance exists (no → Event `DeletingNode` and delete the Node) and, if
+it does, whether it is shut down (yes → taint `node.cloudprovider.kubernetes.io/shutdown:
+NoSchedule`). An error from the cloud skips the Node this round: an error never deletes.
+
+Improvements:
+- **One bulk listing per period** (per `--cloud-batch-size` NotReady Nodes) when the provider
+  offers `instances_metadata`, instead of one or two calls per NotReady Node every 5 s.
+- **Deletion is confirmed**: a Node missing from a bulk answer is asked about once more with
+  `instance_exists` before it is deleted, so an eventually-consistent listing cannot delete
+  a Node whose instance exists.
+- **Deletion has a UID precondition**, so a Node re-registered under the same name since the
+  check is never deleted.
+- Without a bulk call, NotReady Nodes are checked concurrently (`--concurrent-node-syncs`)
+  rather than one after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+import trio
+
+from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
+from trio_ccm.cloud.provider import CloudProvider, InstanceMetadata, Instances
+from trio_ccm.kube.client import ConflictError, KubeError, NotFoundError
+from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.patches import JSONValue, add_taint, remove_taint
+from trio_ccm.kube.wellknown import (
+    CONDITION_READY,
+    REASON_DELETING_NODE,
+    REASON_DELETING_NODE_FAILED,
+    TAINT_SHUTDOWN,
+)
+
+__all__ = ["requires", "run"]
+
+log = structlog.get_logger("trio_ccm.actors.node_lifecycle")
+
+_SHUTDOWN_TAINT: dict[str, JSONValue] = {"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}
+
+
+def requires(cloud: CloudProvider) -> str | None:
+    return None if cloud.instances is not None else "the cloud provider has no instances"
+
+
+class _Lifecycle:
+    def __init__(self, ctx: ControllerContext, instances: Instances) -> None:
+        self.ctx = ctx
+        self.instances = instances
+        self.limiter = trio.CapacityLimiter(ctx.settings.concurrent_node_syncs)
+
+    async def monitor_forever(self) -> None:
+        period = self.ctx.settings.node_monitor_period_s
+        while True:
+            await self.monitor()
+            await trio.sleep(period)
+
+    async def monitor(self) -> None:
+        not_ready: list[Node] = []
+        async with trio.open_nursery() as nursery:
+            for node in self.ctx.nodes.items():
+                if node.metadata.deletion_timestamp:
+                    continue
+                ready = node.status.condition(CONDITION_READY)
+                if ready is not None and ready.status == "True":
+                    if has_taint(node, TAINT_SHUTDOWN):
+                        nursery.start_soon(self.patch_taint, node, False)
+                else:
+                    not_ready.append(node)
+            if not not_ready:
+                return
+            if self.ctx.batcher is not None:
+                try:
+                    found = await self.ctx.batcher.all_metadata([node_info(n) for n in not_ready])
+                except Exception as exc:  # an error never deletes; next period
+                    log.warning("lifecycle.listing-failed", nodes=len(not_ready), error=str(exc))
+                    return
+                for node in not_ready:
+                    nursery.start_soon(self.check_listed, node, found)
+            else:
+                for node in not_ready:
+                    nursery.start_soon(self.check_each, node)
+
+    async def check_listed(self, node: Node, found: Mapping[str, InstanceMetadata]) -> None:
+        metadata = found.get(node.metadata.name)
+        if metadata is None:
+            # Missing from the listing: confirm with a direct question before deleting.
+            async with self.limiter:
+                if not await self.exists(node):
+                    await self.delete(node)
+            return
+        if metadata.shutdown:
+            await self.patch_taint(node, True)
+
+    async def check_each(self, node: Node) -> None:
+        async with self.limiter:
+            info = node_info(node)
+            if not await self.exists(node):
+                await self.delete(node)
+                return
+            try:
+                shutdown = await self.instances.instance_shutdown(info)
+            except Exception as exc:  # the provider's error skips this round
+                log.warning("lifecycle.check-failed", node=node.metadata.name, error=str(exc))
+                return
+        if shutdown:
+            await self.patch_taint(node, True)
+
+    async def exists(self, node: Node) -> bool:
+        """True unless the cloud says the instance is gone (an error counts as existing)."""
+        try:
+            return await self.instances.instance_exists(node_info(node))
+        except Exception as exc:  # the provider's error skips this round
+            log.warning("lifecycle.check-failed", node=node.metadata.name, error=str(exc))
+            return True
+
+    async def delete(self, node: Node) -> None:
+        name = node.metadata.name
+        ref = node_ref(node)
+        self.ctx.events.normal(
+            ref,
+            REASON_DELETING_NODE,
+            f"Deleting node {name} because it does not exist in the cloud provider",
+        )
+        try:
+            await self.ctx.kube.delete(NODES, name, uid=node.metadata.uid or None)
+        except NotFoundError:
+            return
+        except ConflictError:
+            log.info("node.delete-skipped", node=name, reason="re-registered with a new uid")
+            return
+        except KubeError as exc:
+            self.ctx.events.warning(
+                ref, REASON_DELETING_NODE_FAILED, f"Error deleting node {name}: {exc}"
+            )
+            log.warning("node.delete-failed", node=name, error=str(exc))
+            return
+        log.info("node.deleted", node=name, reason="instance does not exist in the cloud")
+
+    async def patch_taint(self, node: Node, add: bool) -> None:
+        name = node.metadata.name
+        taints = taints_json(node)
+        patch = add_taint(taints, _SHUTDOWN_TAINT) if add else remove_taint(taints, TAINT_SHUTDOWN)
+        if patch.empty:
+            return
+        try:
+            await self.ctx.kube.patch(NODES, name, patch)
+        except NotFoundError:
+            return
+        except KubeError as exc:  # the next period retries on a fresh Node
+            log.warning("node.taint-failed", node=name, taint=TAINT_SHUTDOWN, error=str(exc))
+            return
+        log.info("node.shutdown-tainted" if add else "node.shutdown-untainted", node=name)
+
+
+async def run(ctx: ControllerContext) -> None:
+    """The controller: one monitoring pass every --node-monitor-period."""
+    instances = ctx.cloud.instances
+    assert instances is not None  # requires() said so
+    await _Lifecycle(ctx, instances).monitor_forever()
