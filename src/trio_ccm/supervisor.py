@@ -30,8 +30,9 @@ here touches signals, logging configuration or the process.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Final
@@ -51,7 +52,7 @@ from trio_ccm.errors import ConfigError
 from trio_ccm.http import Check, Endpoints, serve_http
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, load_config
-from trio_ccm.kube.events import EventRecorder
+from trio_ccm.kube.events import EventRecorder, utc_now
 from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.leader import Clock, LeaderElector, default_identity
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
@@ -167,6 +168,7 @@ async def serve(
     registry: prometheus_client.CollectorRegistry | None = None,
     identity: str | None = None,
     clock: Clock | None = None,
+    now: Callable[[], dt.datetime] = utc_now,
     rng: random.Random | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -244,11 +246,11 @@ async def serve(
                 # Events have their own client (QPS bucket): a wave of Synced Events does not
                 # slow the Node writes down.
                 events_client = await client(f"{component}-events")
-                recorders[component] = EventRecorder(events_client, component=component)
+                recorders[component] = EventRecorder(events_client, component=component, now=now)
         elector: LeaderElector | None = None
         if settings.leader_elect:
             lease_client = await client("leader-election")
-            recorders[_MANAGER] = EventRecorder(lease_client, component=_MANAGER)
+            recorders[_MANAGER] = EventRecorder(lease_client, component=_MANAGER, now=now)
             elector = LeaderElector(
                 lease_client,
                 identity=identity,
@@ -258,6 +260,7 @@ async def serve(
                 renew_deadline_s=settings.leader_elect_renew_deadline_s,
                 retry_period_s=settings.leader_elect_retry_period_s,
                 clock=clock,
+                now=now,
                 recorder=recorders[_MANAGER],
                 metrics=LeaderMetrics(registry),
                 rng=rng,
@@ -286,6 +289,7 @@ async def serve(
                 events=recorders[controller.event_component or controller.name],
                 registry=registry,
                 batcher=batcher,
+                now=now,
                 state=states.setdefault(controller.name, {}),
             )
             serving._running[controller.name] = ctx

@@ -49,7 +49,7 @@ from trio_ccm.cloud.provider import (
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import KubeError, NotFoundError
 from trio_ccm.kube.objects import NODES, Node
-from trio_ccm.kube.patches import initialize_node, set_labels, set_node_addresses
+from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses
 from trio_ccm.kube.wellknown import (
     ANNOTATION_PROVIDED_NODE_IP,
     LABEL_INSTANCE_TYPE,
@@ -74,6 +74,12 @@ _LEGACY_LABELS: Final = (
     (LABEL_INSTANCE_TYPE_LEGACY, LABEL_INSTANCE_TYPE),
 )
 _DELAY_BUCKETS: Final = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
+def _rv(node: Node) -> int:
+    """The snapshot's resourceVersion as a number (-1 when it is not one: never skipped)."""
+    rv = node.metadata.resource_version
+    return int(rv) if rv.isdigit() else -1
 
 
 def requires(cloud: CloudProvider) -> str | None:
@@ -110,6 +116,13 @@ class _NodeController:
         self.ctx = ctx
         self.instances = instances
         self.metrics = ctx.once("metrics", lambda: NodeMetrics(ctx.registry))
+        # Our own echoes: the resourceVersion of our last write per Node. A cached snapshot
+        # older than it predates that write (DESIGN §3) and is skipped.
+        self.written: dict[str, int] = {}
+        # Kube writes are capped by --concurrent-node-syncs. With a bulk lookup, Node actors
+        # are not: their lookups must arrive together to be batched (cloud calls are capped
+        # by the budget).
+        self.write_limiter = trio.CapacityLimiter(ctx.settings.concurrent_node_syncs)
 
     # -- cloud lookups -----------------------------------------------------------------
     async def metadata(self, node: Node) -> InstanceMetadata:
@@ -127,7 +140,10 @@ class _NodeController:
     # -- one Node ------------------------------------------------------------------------
     async def sync(self, name: str, node: Node | None) -> None:
         if node is None or node.metadata.deletion_timestamp:
+            self.written.pop(name, None)
             return
+        if _rv(node) < self.written.get(name, -1):
+            return  # an echo older than our last write: the newer one is on its way
         if not has_taint(node, TAINT_UNINITIALIZED):
             await self.reconcile_legacy_labels(node)
             return
@@ -141,7 +157,8 @@ class _NodeController:
             if beta in labels and labels.get(ga) != labels[beta]
         }
         if wanted:
-            await self.ctx.kube.patch(NODES, node.metadata.name, set_labels(wanted))
+            async with self.write_limiter:
+                await self.patch(node.metadata.name, set_labels(wanted))
             log.info("node.labels-reconciled", node=node.metadata.name, labels=wanted)
 
     async def initialize(self, node: Node) -> None:
@@ -169,8 +186,6 @@ class _NodeController:
             node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
         )
         labels = self.labels_for(node, metadata)
-        if addresses is not None:
-            await self.write_addresses(node, addresses)
         patch = initialize_node(
             taints=taints_json(node),
             remove_taint_key=TAINT_UNINITIALIZED,
@@ -178,7 +193,10 @@ class _NodeController:
             labels_seen=node.metadata.labels,
             labels=labels,
         )
-        await self.ctx.kube.patch(NODES, name, patch)
+        async with self.write_limiter:
+            if addresses is not None:
+                await self.write_addresses(node, addresses)
+            await self.patch(name, patch)
         age = self.age_s(node)
         if age is not None:
             self.metrics.taint_removal_delay.observe(age)
@@ -229,13 +247,19 @@ class _NodeController:
         if list(addresses) == current:
             return
         patch = set_node_addresses({"type": a.type, "address": a.address} for a in addresses)
-        await self.ctx.kube.patch(NODES, node.metadata.name, patch, subresource="status")
+        await self.patch(node.metadata.name, patch, subresource="status")
         self.metrics.address_updates.inc()
         log.info(
             "node.addresses-updated",
             node=node.metadata.name,
             addresses=[a.address for a in addresses],
         )
+
+    async def patch(self, name: str, patch: Patch, *, subresource: str = "") -> None:
+        written = await self.ctx.kube.patch(NODES, name, patch, subresource=subresource)
+        rv = str((written.get("metadata") or {}).get("resourceVersion", ""))
+        if rv.isdigit():
+            self.written[name] = int(rv)
 
     def age_s(self, node: Node) -> float | None:
         created = node.metadata.creation_timestamp
@@ -338,9 +362,12 @@ async def run(ctx: ControllerContext) -> None:
     controller = _NodeController(ctx, instances)
     mailbox = ctx.nodes.subscribe()
     try:
+        concurrency = ctx.settings.concurrent_node_syncs
+        if ctx.batcher is not None:
+            concurrency = max(concurrency, ctx.settings.cloud_batch_size)
         actors = ctx.keyed(
             controller.sync,
-            limiter=trio.CapacityLimiter(ctx.settings.concurrent_node_syncs),
+            limiter=trio.CapacityLimiter(concurrency),
             backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
         )
         async with trio.open_nursery() as nursery:

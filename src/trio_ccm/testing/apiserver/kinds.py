@@ -167,6 +167,11 @@ class NodeStrategy(Strategy):
 
     def defaults(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
+        # `omitempty` in the Go types: an empty list is not stored (a JSON-patch `test` for
+        # null then passes, as it does against a real API server).
+        for name in ("taints", "podCIDRs"):
+            if spec.get(name) == []:
+                del spec[name]
         if spec.get("podCIDR") and not spec.get("podCIDRs"):
             spec["podCIDRs"] = [spec["podCIDR"]]
         elif spec.get("podCIDRs") and not spec.get("podCIDR"):

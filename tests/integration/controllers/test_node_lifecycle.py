@@ -1,0 +1,140 @@
+"""cloud-node-lifecycle-controller against the emulator and the simulated cloud."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+import trio.testing
+
+from tests.integration.controllers.conftest import open_world, running, settings
+from trio_ccm.cloud.provider import InstanceMetadata, NodeInfo
+
+SHUTDOWN = "node.cloudprovider.kubernetes.io/shutdown"
+
+
+async def test_gone_instance_deletes_its_not_ready_node(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A NotReady Node whose instance is terminated is deleted (with a DeletingNode Event);
+    a Ready one is left alone even if its instance is gone."""
+    async with open_world() as world:
+        gone = world.cloud.add_instance("gone")
+        ready_gone = world.cloud.add_instance("ready-gone")
+        world.cloud.add_instance("fine")
+        world.register("gone", taints=[], ready="Unknown")
+        world.register("ready-gone", taints=[])
+        world.register("fine", taints=[], ready="False")
+        world.cloud.terminate(gone.id)
+        world.cloud.terminate(ready_gone.id)
+        with trio.fail_after(30):
+            async with running(world):
+                await trio.sleep(1)
+        names = [n["metadata"]["name"] for n in await world.nodes()]
+        assert names == ["fine", "ready-gone"]
+        deleting = await world.events("DeletingNode")
+        assert [e["message"] for e in deleting] == [
+            "Deleting node gone because it does not exist in the cloud provider"
+        ]
+        assert deleting[0]["source"]["component"] == "cloud-node-lifecycle-controller"
+
+
+class ForgetfulListing:
+    """A provider whose bulk listing misses some instances (an eventually consistent API)."""
+
+    def __init__(self, inner: Any, forget: set[str]) -> None:
+        self.inner = inner
+        self.forget = forget
+
+    async def instance_metadata(self, node: NodeInfo) -> InstanceMetadata | None:
+        found: InstanceMetadata | None = await self.inner.instance_metadata(node)
+        return found
+
+    async def instance_exists(self, node: NodeInfo) -> bool:
+        found: bool = await self.inner.instance_exists(node)
+        return found
+
+    async def instance_shutdown(self, node: NodeInfo) -> bool:
+        found: bool = await self.inner.instance_shutdown(node)
+        return found
+
+    async def instances_metadata(self, nodes: Sequence[NodeInfo]) -> Mapping[str, InstanceMetadata]:
+        found: Mapping[str, InstanceMetadata] = await self.inner.instances_metadata(nodes)
+        return {k: v for k, v in found.items() if k not in self.forget}
+
+
+def forgetting(forget: set[str]) -> Callable[[Any], Any]:
+    def wrap(provider: Any) -> Any:
+        provider.instances = ForgetfulListing(provider.instances, forget)
+        return provider
+
+    return wrap
+
+
+async def test_a_listing_miss_is_confirmed_before_deleting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Node missing from the bulk listing is asked about directly before any deletion:
+    a listing that misses an instance never deletes its Node."""
+    async with open_world() as world:
+        inst = world.cloud.add_instance("n1")
+        world.register("n1", taints=[], ready="False", provider_id=f"sim://{inst.zone}/{inst.id}")
+        with trio.fail_after(30):
+            async with running(world, settings(node_monitor_period_s=5.0), wrap=forgetting({"n1"})):
+                await trio.sleep(12)
+        assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
+        methods = [c.method for c in world.cloud.calls_by("instances")]
+        # Monitor passes at t=0, 5, 10: each a listing, then a direct question about n1.
+        assert methods.count("GetInstance") == 3
+        assert await world.events("DeletingNode") == []
+
+
+async def test_stopped_instance_taints_and_ready_untaints(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A NotReady Node on a stopped instance gets the shutdown taint; once Ready again the
+    taint is removed without asking the cloud."""
+    async with open_world() as world:
+        inst = world.cloud.add_instance("n1")
+        world.register("n1", taints=[], ready="Unknown")
+        world.cloud.stop(inst.id)
+        with trio.fail_after(60):
+            async with running(world, settings(node_monitor_period_s=5.0)):
+                await trio.sleep(1)
+                assert world.taint_keys("n1") == [SHUTDOWN]
+                world.cloud.start(inst.id)
+                await world.set_ready("n1", "True")
+                world.cloud.clear_calls()
+                await trio.sleep(5)
+                assert world.taint_keys("n1") == []
+        assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
+
+
+async def test_one_bulk_listing_per_period(autojump_clock: trio.testing.MockClock) -> None:
+    """Twenty NotReady Nodes cost one listing call per --node-monitor-period, not 20-40."""
+    async with open_world() as world:
+        for i in range(20):
+            world.cloud.add_instance(f"n{i:02}")
+            world.register(f"n{i:02}", taints=[], ready="False")
+        with trio.fail_after(60):
+            async with running(world, settings(node_monitor_period_s=5.0)):
+                await trio.sleep(1)
+                world.cloud.clear_calls()
+                await trio.sleep(10)
+        calls = world.cloud.calls_by("instances")
+        # Two monitor periods (t=5, t=10) plus none from the address sync (5 min).
+        assert [c.method for c in calls] == ["ListInstances", "ListInstances"]
+        assert len(await world.nodes()) == 20
+
+
+async def test_cloud_errors_never_delete(autojump_clock: trio.testing.MockClock) -> None:
+    """When the cloud answers with errors, NotReady Nodes are kept and checked again later."""
+    async with open_world() as world:
+        world.cloud.add_instance("n1")
+        world.register("n1", taints=[], ready="False")
+        world.cloud.faults.error("instances", status=500, probability=1.0)
+        with trio.fail_after(60):
+            async with running(world, settings(node_monitor_period_s=5.0)):
+                await trio.sleep(20)
+        assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
