@@ -79,8 +79,9 @@ class ImplementedElsewhere(CcmError):  # noqa: N818 - upstream's name
 class ThrottledError(CcmError):
     """The cloud refused the call because of its rate limits (HTTP 429, RequestLimitExceeded).
 
-    The shared budget halves the rate of the method's family and recovers it gradually;
-    the call is retried after `retry_after_s` when the cloud said, else with backoff.
+    The shared budget halves the rate of the method's family (recovering it gradually) and,
+    when the cloud said `retry_after_s`, lets no call of that family start before then;
+    the object is retried with its usual exponential backoff.
     """
 
     def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
