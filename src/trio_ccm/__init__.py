@@ -1,9 +1,49 @@
 """trio-ccm: a Kubernetes cloud-controller-manager on Trio.
 
-The public facade grows with the controllers; for now: the version and the error root.
+The public facade: `serve()` and its `Settings`, the extra-controller contract
+(`Controller`, `ControllerContext`), the errors and the version. The cloud provider
+protocols live in `trio_ccm.cloud`. `serve` and friends are imported on first use, so
+`import trio_ccm.errors` stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from trio_ccm._version import __version__
 from trio_ccm.errors import CcmError, ConfigError, RetryAfter
 
-__all__ = ["CcmError", "ConfigError", "RetryAfter", "__version__"]
+if TYPE_CHECKING:
+    from trio_ccm.actors.context import Controller, ControllerContext
+    from trio_ccm.settings import Settings, parse_flags
+    from trio_ccm.supervisor import Serving, serve
+
+__all__ = [
+    "CcmError",
+    "ConfigError",
+    "Controller",
+    "ControllerContext",
+    "RetryAfter",
+    "Serving",
+    "Settings",
+    "__version__",
+    "parse_flags",
+    "serve",
+]
+
+_LAZY = {
+    "Controller": "trio_ccm.actors.context",
+    "ControllerContext": "trio_ccm.actors.context",
+    "Serving": "trio_ccm.supervisor",
+    "Settings": "trio_ccm.settings",
+    "parse_flags": "trio_ccm.settings",
+    "serve": "trio_ccm.supervisor",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trio_ccm' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

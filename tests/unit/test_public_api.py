@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import trio_ccm
+import trio_ccm.cloud
 import trio_ccm.testing.apiserver
 
 
@@ -12,7 +13,44 @@ import trio_ccm.testing.apiserver
     ("module", "names"),
     [
         pytest.param(
-            trio_ccm, ["CcmError", "ConfigError", "RetryAfter", "__version__"], id="trio_ccm"
+            trio_ccm,
+            [
+                "CcmError",
+                "ConfigError",
+                "Controller",
+                "ControllerContext",
+                "RetryAfter",
+                "Serving",
+                "Settings",
+                "__version__",
+                "parse_flags",
+                "serve",
+            ],
+            id="trio_ccm",
+        ),
+        pytest.param(
+            trio_ccm.cloud,
+            [
+                "BulkInstances",
+                "CloudProvider",
+                "ImplementedElsewhere",
+                "InstanceMetadata",
+                "InstanceNotFoundError",
+                "Instances",
+                "LoadBalancerIngress",
+                "LoadBalancerStatus",
+                "LoadBalancers",
+                "NodeAddress",
+                "NodeInfo",
+                "PortStatus",
+                "RetryAfter",
+                "Route",
+                "Routes",
+                "ServiceInfo",
+                "ServicePort",
+                "ThrottledError",
+            ],
+            id="trio_ccm.cloud",
         ),
         pytest.param(
             trio_ccm.testing.apiserver,
