@@ -73,6 +73,7 @@ class Probe:
     name: str = "probe"
     terms: list[list[float]] = field(default_factory=list)
     handled: list[tuple[str, float]] = field(default_factory=list)
+    first_handled: trio.Event = field(default_factory=trio.Event)
 
     def controller(self, **kwargs: object) -> Controller:
         return Controller(self.name, self.run, informers=frozenset({"nodes"}), **kwargs)  # type: ignore[arg-type]
@@ -83,6 +84,7 @@ class Probe:
 
         async def handle(key: str, _node: object) -> None:
             self.handled.append((key, trio.current_time()))
+            self.first_handled.set()
 
         actors = ctx.keyed(handle, limiter=trio.CapacityLimiter(1), backoff=Backoff(1, 10))
         mailbox = ctx.nodes.subscribe()
