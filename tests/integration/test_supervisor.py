@@ -187,9 +187,9 @@ async def test_controllers_run_only_while_leading_and_rerun_after_a_lost_lease(
             assert trio.current_time() == 14.0
             assert probe_a.terms[0][1] == 14.0
             await b.wait_leading()
-            # b saw a's last renewal (t=4) by its read at t=4 or t=6, and takes over at its
-            # first attempt after that sighting has aged 15 s: t=20 or t=22.
-            assert trio.current_time() in (20.0, 22.0)
+            # b watches the Lease: it saw a's last renewal (t=4) at once and takes over when
+            # that sighting has aged a lease duration: t=19.
+            assert trio.current_time() == 19.0
             link_a.cut = False
             await trio.sleep(30)
             assert not a.leading

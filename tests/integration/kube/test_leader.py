@@ -175,7 +175,8 @@ class Link(httpx.AsyncBaseTransport):
         self.requests: list[tuple[float, str]] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append((trio.current_time(), request.method))
+        method = "WATCH" if request.url.params.get("watch") else request.method
+        self.requests.append((trio.current_time(), method))
         if self.cut:
             raise httpx.ConnectError("link cut by the test", request=request)
         response: httpx.Response = await self.inner.handle_async_request(request)
@@ -425,16 +426,19 @@ STANDBY_STARTS = {"b": 1.0, "c": 1.5}
 
 
 @pytest.mark.parametrize(
-    ("failure", "standbys", "successor", "takes_over_at", "old_body_stops_at"),
+    ("failure", "standbys", "successors", "takes_over_at", "old_body_stops_at"),
     [
-        # b saw a's renewal of t=10 at t=11: expiry 26, b's next attempt 27. a stops at 10 + 10.
-        pytest.param("cut", ["b"], "b", 27.0, 20.0, id="cut-off-two-replicas"),
-        # c saw it at 11.5 and would take over at 27.5, but b's write at 27 is a new record.
-        pytest.param("cut", ["b", "c"], "b", 27.0, 20.0, id="cut-off-three-replicas"),
-        pytest.param("killed", ["b", "c"], "b", 27.0, 11.25, id="killed-three-replicas"),
-        # A released Lease is free: taken at the next attempt (b: 13, c: 11.5).
-        pytest.param("released", ["b"], "b", 13.0, 11.25, id="released-two-replicas"),
-        pytest.param("released", ["b", "c"], "c", 11.5, 11.25, id="released-three-replicas"),
+        # b watches the Lease: it saw a's renewal of t=10 at once, so expiry is t=25, and it
+        # attempts exactly then. a stops at its renew deadline, 10 + 10.
+        pytest.param("cut", ["b"], {"b"}, 25.0, 20.0, id="cut-off-two-replicas"),
+        # b and c both attempt at t=25; the resourceVersion precondition elects one.
+        pytest.param("cut", ["b", "c"], {"b", "c"}, 25.0, 20.0, id="cut-off-three-replicas"),
+        pytest.param("killed", ["b", "c"], {"b", "c"}, 25.0, 11.25, id="killed-three-replicas"),
+        # A released Lease is free: the watch shows the release and it is taken at once.
+        pytest.param("released", ["b"], {"b"}, 11.25, 11.25, id="released-two-replicas"),
+        pytest.param(
+            "released", ["b", "c"], {"b", "c"}, 11.25, 11.25, id="released-three-replicas"
+        ),
     ],
 )
 async def test_takeover(
@@ -442,13 +446,13 @@ async def test_takeover(
     autojump_clock: trio.testing.MockClock,
     failure: str,
     standbys: list[str],
-    successor: str,
+    successors: set[str],
     takes_over_at: float,
     old_body_stops_at: float,
 ) -> None:
-    """When the leader is cut off or killed, a standby takes over once the lease expired by its
-    own observation (rounded up to its retry schedule); after a release, at its next attempt;
-    the old leader's body has stopped by then."""
+    """When the leader is cut off or killed, a standby takes over the instant the lease has
+    expired by its own observation (it watches the Lease, so it saw the last renewal as it
+    happened); after a release, at once; the old leader's body has stopped by then."""
     with trio.fail_after(120):
         async with open_cluster(server) as cluster:
             a = cluster.start("a", release_on_cancel=failure == "released")
@@ -458,8 +462,17 @@ async def test_takeover(
                 a.link.cut = True
             else:
                 a.scope.cancel()
-            await replicas[successor].elector.wait_leading()
+            async with trio.open_nursery() as race:
+                for replica in replicas.values():
+
+                    async def first(replica: Replica = replica) -> None:
+                        await replica.elector.wait_leading()
+                        race.cancel_scope.cancel()
+
+                    race.start_soon(first)
             assert trio.current_time() == takes_over_at
+            successor = next(r.name for r in replicas.values() if r.elector.leading)
+            assert successor in successors
             await trio.sleep(30)
             spec = lease_spec(server)
             assert (spec["holderIdentity"], spec["acquireTime"], spec["leaseTransitions"]) == (
@@ -500,8 +513,8 @@ async def test_simultaneous_candidates_elect_one(
 async def test_standbys_racing_for_an_expired_lease(
     server: ApiServer, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """Two standbys on the same schedule both try to take an expired Lease at t=27; the
-    resourceVersion precondition lets exactly one of them win."""
+    """Two standbys both try to take an expired Lease at t=25 (a's last renewal, t=10, plus
+    the lease duration); the resourceVersion precondition lets exactly one of them win."""
     with trio.fail_after(120):
         async with open_cluster(server) as cluster:
             a = cluster.start("a", release_on_cancel=False)
@@ -511,9 +524,9 @@ async def test_standbys_racing_for_an_expired_lease(
             await trio.sleep_until(60)
             leaders = [r.name for r in standbys if r.elector.leading]
             assert len(leaders) == 1
-            for replica in standbys:  # both sent their takeover at t=27
-                assert (27.0, "PUT") in replica.link.requests
-    assert cluster.referee.entries[leaders[0]] == [27.0]
+            for replica in standbys:  # both sent their takeover at t=25
+                assert (25.0, "PUT") in replica.link.requests
+    assert cluster.referee.entries[leaders[0]] == [25.0]
     assert set(cluster.referee.entries) == {"a", *leaders}
     cluster.referee.assert_safe()
 
@@ -521,14 +534,15 @@ async def test_standbys_racing_for_an_expired_lease(
 @pytest.mark.parametrize(
     ("leader_rate", "standby_rate", "standby_enters", "leader_stops", "safe"),
     [
-        # b's clock at 1.4x: it saw a's write of t=10 at local 14.1; local 30.1 is t=21.5.
-        pytest.param(1.0, 1.4, 21.5, 20.0, True, id="standby-1.4x-fast"),
+        # b's clock at 1.4x: it saw a's write of t=10 at once (watch); "15 s" later on its
+        # clock is t = 10 + 15 / 1.4 = 20.71, after a stopped at 20.
+        pytest.param(1.0, 1.4, 10 + 15 / 1.4, 20.0, True, id="standby-1.4x-fast"),
         # a's clock at 0.7x: last write at local 6 (t=8.57), stops at local 16 (t=22.86);
-        # b saw that write at 9.5 and takes over at 25.5.
-        pytest.param(0.7, 1.0, 25.5, 16 / 0.7, True, id="leader-0.7x-slow"),
-        # Beyond what 15/10 tolerates: b at 2x waits out "15 s" in 7.5 and enters at 18.5,
+        # b saw that write at once and takes over at 8.57 + 15 = 23.57.
+        pytest.param(0.7, 1.0, 6 / 0.7 + 15, 16 / 0.7, True, id="leader-0.7x-slow"),
+        # Beyond what 15/10 tolerates: b at 2x waits out "15 s" in 7.5 and enters at 17.5,
         # while a, by its own clock, may still act until 20.
-        pytest.param(1.0, 2.0, 18.5, 20.0, False, id="standby-2x-fast-beyond-tolerance"),
+        pytest.param(1.0, 2.0, 17.5, 20.0, False, id="standby-2x-fast-beyond-tolerance"),
     ],
 )
 async def test_clock_rate_skew(
@@ -632,7 +646,7 @@ async def test_leader_election_events(
             await trio.sleep_until(5.5)
             a.scope.cancel()
             await b.elector.wait_leading()
-            assert trio.current_time() == 7
+            assert trio.current_time() == 5.5  # the release is seen through the watch
             await trio.testing.wait_all_tasks_blocked()
             storage = server.store.storage(server.store.types["/v1/events"])
             events = sorted(
