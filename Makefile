@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint types imports test unit bench clean
+.PHONY: install lint types imports test unit bench clean demo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ imports: install
 
 test: lint types imports
 	$(BIN)/python -m pytest
+
+# Testbed + CCM in one process: 50 Nodes initialised, a summary, then exit.
+demo: install
+	$(BIN)/trio-ccm demo --exit-when-done
 
 bench: install
 	$(BIN)/python bench/apiserver.py

@@ -1,27 +1,311 @@
-"""The `trio-ccm` command. The only module with process-wide effects (signals, exit codes).
+"""The `trio-ccm` command. The only module with process-wide effects: logging configuration,
+signal handling, exit codes.
 
-Subcommands:
-  apiserver   run the Kubernetes API emulator standalone (trio_ccm.testing.apiserver)
+    trio-ccm [flags]            the cloud-controller-manager (the Go CCM's flags; --help)
+    trio-ccm apiserver ...      the Kubernetes API emulator, standalone
+    trio-ccm testbed ...        the emulator + the simulated cloud + simulated kubelets
+    trio-ccm demo ...           testbed + the CCM in one process, with live progress
+
+Exit codes (docs/operations.md): 0 clean shutdown (or --help/--version); 1 a runtime
+failure, an unusable --cloud-config or --kubeconfig, the Lease lost with
+--exit-on-lost-lease, or a second signal forcing the shutdown; 2 a rejected command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import re
 import secrets
+import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
+import prometheus_client
+import structlog
 import trio
 
 from trio_ccm._version import __version__
+from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
+from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.cloud.registry import available_providers, load_provider, read_cloud_config
+from trio_ccm.errors import ConfigError
+from trio_ccm.kube.leader import LeaseLostError
+from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
+from trio_ccm.logs import configure_logging
+from trio_ccm.settings import FlagError, Settings, parse_flags, usage, wants_help, wants_version
+from trio_ccm.supervisor import Serving, resolve_controllers, serve
+
+if TYPE_CHECKING:
+    from trio_ccm.testing.testbed import Census, Testbed
+
+__all__ = ["main"]
+
+log = structlog.get_logger("trio_ccm.cli")
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+
+_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_COMMANDS_HELP: Final = """\
+Commands (each has --help):
+  trio-ccm apiserver   run the Kubernetes API emulator on loopback
+  trio-ccm testbed     run the emulator, the simulated cloud and N simulated kubelets
+  trio-ccm demo        run a testbed and the CCM in one process, with live progress"""
+_CLEANUP_S: Final = 5.0  # deadline of shielded cleanup (closing the provider)
+_KUBECTL_TIMEOUT_S: Final = 20.0
 
 
-def _apiserver_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
-        "apiserver",
-        help="run the Kubernetes API emulator on loopback",
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `trio-ccm` with `argv` (without the program name); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in _SUBCOMMANDS:
+        return _SUBCOMMANDS[args[0]](args[1:])
+    return run_ccm(args)
+
+
+# -- small helpers ------------------------------------------------------------------------
+def _usage_error(message: str, *, command: str = "") -> int:
+    """A rejected command line: the message, how to get help, exit 2."""
+    prog = f"trio-ccm {command}".strip()
+    print(f"trio-ccm: {message}", file=sys.stderr)
+    print(f"Run '{prog} --help' for usage.", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(text: str) -> float:
+    """A positive Go-style duration (`60s`, `1m30s`, `500ms`) or plain seconds, for argparse."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+        pos = 0
+        while pos < len(text):
+            match = _DURATION_PART.match(text, pos)
+            if match is None:
+                raise argparse.ArgumentTypeError(
+                    f"{text!r} is not a duration; write e.g. 60s, 1m30s or 500ms"
+                ) from None
+            seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
+            pos = match.end()
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0s")
+    return seconds
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port}: must be between 0 and 65535")
+    return port
+
+
+def _count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{count}: must be 0 or more")
+    return count
+
+
+def _quiet_logging(level: int) -> None:
+    """Raise the level configure_logging set (the demo keeps its terminal for progress)."""
+    logging.getLogger().setLevel(level)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+
+
+def _log_failures(group: BaseExceptionGroup[Exception]) -> None:
+    """Log each leaf exception once: config problems as one line, the rest with a traceback."""
+    for exc in _leaves(group):
+        if isinstance(exc, ConfigError):
+            log.error("ccm.failed", error=str(exc))
+        else:
+            log.error("ccm.failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+
+
+def _log_lease_lost(group: BaseExceptionGroup[LeaseLostError]) -> None:
+    """--exit-on-lost-lease: one error line, no traceback (it is no bug)."""
+    for exc in _leaves(group):
+        log.error("ccm.lease-lost", error=str(exc), exit_code=EXIT_FAILURE)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def _aclose_provider(provider: CloudProvider) -> None:
+    """Close the provider if it can be closed (`aclose`), shielded and under a deadline."""
+    aclose = getattr(provider, "aclose", None)
+    if aclose is None:
+        return
+    with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_S):
+        await aclose()
+
+
+# -- `trio-ccm [flags]`: the controller manager ---------------------------------------------
+def run_ccm(argv: Sequence[str]) -> int:
+    """The cloud-controller-manager: flags, logging, provider, then `serve` until a signal."""
+    if wants_help(argv):
+        print(usage())
+        print()
+        print(_COMMANDS_HELP)
+        return EXIT_OK
+    if wants_version(argv):
+        print(f"trio-ccm {__version__}")
+        return EXIT_OK
+    try:
+        settings = parse_flags(argv, controller_aliases=CONTROLLER_ALIASES)
+    except FlagError as exc:
+        return _usage_error(str(exc))
+    configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)
+    loaded = _load_provider(settings)
+    if isinstance(loaded, int):
+        return loaded
+    try:
+        contributed = getattr(loaded, "controllers", ()) or ()
+        resolve_controllers(settings, BUILTIN_CONTROLLERS, list(contributed))
+    except ConfigError as exc:
+        return _usage_error(str(exc))
+    log.info("ccm.flags", version=__version__, settings=settings.configz()["settings"])
+    for flag in settings.ignored_flags:
+        log.warning(
+            "flag.ignored",
+            flag=flag,
+            reason="accepted for compatibility with the Go cloud-controller-manager; "
+            "it has no effect in trio-ccm (see docs/operations.md)",
+        )
+    return _run_until_signalled(settings, loaded)
+
+
+def _load_provider(settings: Settings) -> CloudProvider | int:
+    """The provider, or the exit code: 2 for a missing or unknown --cloud-provider (a flag
+    problem), 1 for a --cloud-config the provider cannot use."""
+    name = settings.cloud_provider
+    if not name or name not in available_providers():
+        try:
+            load_provider(name, None)  # raises the registry's message for this case
+        except ConfigError as exc:
+            return _usage_error(str(exc))
+        raise AssertionError("load_provider accepted an unknown provider")  # pragma: no cover
+    try:
+        return load_provider(name, read_cloud_config(settings.cloud_config))
+    except ConfigError as exc:
+        message = str(exc)
+        if settings.cloud_config and not message.startswith("--cloud-"):
+            message = f"--cloud-config={settings.cloud_config}: {message}"
+        print(f"trio-ccm: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+@dataclass
+class _Shutdown:
+    """How the process was asked to stop."""
+
+    signals: int = 0
+    forced: bool = False
+
+
+async def _watch_signals(
+    signals: AsyncIterator[int],
+    shutdown: _Shutdown,
+    serving: Callable[[], Serving | None],
+    cancel_scope: trio.CancelScope,
+    *,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """First SIGTERM/SIGINT: graceful shutdown; a second one: cancel everything at once."""
+    async for signum in signals:
+        shutdown.signals += 1
+        name = signal.Signals(signum).name
+        current = serving()
+        if shutdown.signals == 1 and current is not None:
+            log.info("ccm.signal", signal=name, action="graceful shutdown (again to force)")
+            if announce is not None:
+                announce(f"received {name}: stopping the CCM (again to force)")
+            current.shut_down()
+        else:
+            log.warning("ccm.signal", signal=name, action="stopping at once")
+            if announce is not None:
+                announce(f"received {name}: stopping at once")
+            shutdown.forced = shutdown.signals > 1
+            cancel_scope.cancel()
+            return
+
+
+def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
+    shutdown = _Shutdown()
+
+    async def run() -> None:
+        holder: list[Serving] = []
+        try:
+            with trio.open_signal_receiver(*_SIGNALS) as signals:
+                async with trio.open_nursery() as nursery:
+
+                    async def replica(*, task_status: trio.TaskStatus[Serving]) -> None:
+                        await serve(settings, provider, task_status=task_status)
+                        nursery.cancel_scope.cancel()  # returned: stop watching signals
+
+                    nursery.start_soon(
+                        _watch_signals,
+                        signals,
+                        shutdown,
+                        lambda: holder[0] if holder else None,
+                        nursery.cancel_scope,
+                    )
+                    holder.append(await nursery.start(replica))
+        finally:
+            await _aclose_provider(provider)
+
+    code = EXIT_OK
+    try:
+        trio.run(run)
+    except* LeaseLostError as group:
+        _log_lease_lost(group)
+        code = EXIT_FAILURE
+    except* Exception as group:
+        _log_failures(group)
+        code = EXIT_FAILURE
+    if code == EXIT_OK and shutdown.forced:
+        code = EXIT_FAILURE
+    log.info("ccm.exit", exit_code=code)
+    return code
+
+
+# -- `trio-ccm apiserver` ------------------------------------------------------------------
+def _apiserver_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-ccm apiserver",
         description="Run the Kubernetes API emulator standalone. It prints its URL, writes a "
         "kubeconfig that kubectl and the Python clients accept, and stops cleanly on Ctrl-C.",
     )
@@ -61,38 +345,18 @@ def _apiserver_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--seed", type=int, default=None, help="seed for generated names, uids, IPs and fault dice"
     )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trio-ccm",
-        description="trio-ccm: a Kubernetes cloud-controller-manager on Trio.",
-    )
-    parser.add_argument("--version", action="version", version=f"trio-ccm {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _apiserver_parser(sub)
     return parser
 
 
 def _fail(message: str) -> int:
     print(f"trio-ccm: error: {message}", file=sys.stderr)
-    return 2
+    return EXIT_USAGE
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def run_apiserver(args: argparse.Namespace) -> int:
+def run_apiserver(argv: Sequence[str]) -> int:
     from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 
+    args = _apiserver_parser().parse_args(argv)
     if not _is_loopback(args.host):
         return _fail(
             f"--host {args.host}: the emulator listens on loopback only "
@@ -105,34 +369,33 @@ def run_apiserver(args: argparse.Namespace) -> int:
         token = secrets.token_urlsafe(24)
     server = ApiServer(admin_token=token, rbac=bool(args.rbac), seed=args.seed)
     for name in args.rbac:
-        path = Path(name)
         try:
-            text = path.read_text()
+            text = Path(name).read_text()
         except OSError as exc:
             return _fail(f"--rbac {name}: cannot read the file: {exc.strerror}")
         try:
             server.load_manifest_text(text)
-        except Exception as exc:
+        except Exception as exc:  # any bad document: report it against its file
             message = getattr(exc, "message", None) or str(exc)
             return _fail(f"--rbac {name}: {message}")
 
-    async def main() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    async def run() -> int:
+        with trio.open_signal_receiver(*_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 try:
                     listening = await nursery.start(
-                        lambda task_status: serve_apiserver(
-                            server,
-                            host=args.host,
-                            port=args.port,
-                            tls=args.tls,
-                            task_status=task_status,
+                        partial(
+                            serve_apiserver, server, host=args.host, port=args.port, tls=args.tls
                         )
                     )
                 except OSError as exc:
-                    raise SystemExit(
-                        _fail(f"cannot listen on {args.host}:{args.port}: {exc.strerror}")
-                    ) from exc
+                    nursery.cancel_scope.cancel()
+                    print(
+                        f"trio-ccm: error: cannot listen on {args.host}:{args.port}: "
+                        f"{exc.strerror}",
+                        file=sys.stderr,
+                    )
+                    return EXIT_FAILURE
                 print(f"trio-ccm apiserver listening on {listening.url}", flush=True)
                 if args.kubeconfig_out:
                     written = listening.write_kubeconfig(args.kubeconfig_out, token)
@@ -143,23 +406,446 @@ def run_apiserver(args: argparse.Namespace) -> int:
                     print(f"received {signal.Signals(signum).name}, stopping", flush=True)
                     nursery.cancel_scope.cancel()
                     break
+        return EXIT_OK
 
-    trio.run(main)
-    return 0
+    return trio.run(run)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "apiserver":
-        return run_apiserver(args)
-    parser.print_help(sys.stderr)
-    print(
-        "\ntrio-ccm: the controller manager itself arrives with the controller issues; "
-        "for now the available command is 'apiserver'.",
-        file=sys.stderr,
+# -- `trio-ccm testbed` --------------------------------------------------------------------
+def _testbed_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-ccm testbed",
+        description="Run the Kubernetes API emulator and the simulated cloud on loopback, with "
+        "N running instances whose simulated kubelets (as with --cloud-provider=external) "
+        "register tainted Nodes and keep their Ready condition fresh. Instances added, "
+        "stopped, started or terminated through the simulated cloud's admin API "
+        "(/_sim/instances) are followed within a second. Point a CCM at the two files: "
+        "trio-ccm --cloud-provider=sim --cloud-config=C --kubeconfig=K. Stops on Ctrl-C.",
     )
-    return 2
+    parser.add_argument(
+        "--nodes", type=_count, default=3, help="instances (and Nodes) at start (default 3)"
+    )
+    parser.add_argument(
+        "--kubeconfig-out",
+        metavar="PATH",
+        required=True,
+        help="write a kubeconfig for the emulator to PATH (mode 0600)",
+    )
+    parser.add_argument(
+        "--cloud-config-out",
+        metavar="PATH",
+        required=True,
+        help="write a cloud config for --cloud-provider=sim to PATH",
+    )
+    _add_listener_arguments(parser)
+    return parser
+
+
+def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address both listen on (loopback only; default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--port", type=_port, default=0, help="the emulator's port; 0 picks a free one (default 0)"
+    )
+    parser.add_argument(
+        "--cloud-port",
+        type=_port,
+        default=0,
+        help="the simulated cloud's port; 0 picks a free one (default 0)",
+    )
+    parser.add_argument(
+        "--tls", action="store_true", help="serve the emulator over HTTPS with a CA minted at start"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for instance IDs, names and heartbeat offsets"
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="how often each kubelet refreshes its Ready condition (default 60s)",
+    )
+
+
+@dataclass
+class _World:
+    """A testbed served over loopback: the emulator, the simulated cloud and the kubelets."""
+
+    testbed: Testbed
+    api_url: str
+    cloud_url: str
+    kubeconfig: Path
+
+
+async def _open_world(
+    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int, kubeconfig: str
+) -> _World:
+    """Start the two listeners and the kubelets in `nursery`; write the kubeconfig."""
+    from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+    from trio_ccm.testing.cloud import SimCloud, serve_sim_cloud
+    from trio_ccm.testing.testbed import Testbed
+
+    api = ApiServer(seed=args.seed)
+    cloud = SimCloud(seed=args.seed)
+    testbed = Testbed(api, cloud, heartbeat_s=args.heartbeat, seed=args.seed)
+    testbed.add_nodes(nodes)
+    api_listening = await nursery.start(
+        partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
+    )
+    cloud_listening = await nursery.start(
+        partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
+    )
+    written = api_listening.write_kubeconfig(kubeconfig)
+    await nursery.start(testbed.serve)
+    return _World(testbed, api_listening.url, cloud_listening.url, written)
+
+
+def _check_listener_args(args: argparse.Namespace, command: str) -> str | None:
+    if not _is_loopback(args.host):
+        return (
+            f"--host {args.host}: the {command} listens on loopback only "
+            "(use 127.0.0.1, ::1 or localhost)"
+        )
+    return None
+
+
+def run_testbed(argv: Sequence[str]) -> int:
+    from trio_ccm.testing.cloud import write_cloud_config
+
+    args = _testbed_parser().parse_args(argv)
+    problem = _check_listener_args(args, "testbed")
+    if problem:
+        return _usage_error(problem, command="testbed")
+    configure_logging(verbosity=0, fmt="", stream=sys.stderr)
+
+    async def run() -> int:
+        with trio.open_signal_receiver(*_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
+                try:
+                    world = await _open_world(
+                        nursery, args, nodes=args.nodes, kubeconfig=args.kubeconfig_out
+                    )
+                    write_cloud_config(args.cloud_config_out, url=world.cloud_url)
+                except OSError as exc:
+                    nursery.cancel_scope.cancel()
+                    print(f"trio-ccm: cannot start the testbed: {exc}", file=sys.stderr)
+                    return EXIT_FAILURE
+                print(f"apiserver listening on {world.api_url}", flush=True)
+                print(f"sim cloud listening on {world.cloud_url}", flush=True)
+                print(f"kubeconfig written to {world.kubeconfig}", flush=True)
+                print(f"cloud config written to {args.cloud_config_out}", flush=True)
+                print(
+                    f"{args.nodes} nodes registered (heartbeat every {args.heartbeat:g}s); "
+                    "Ctrl-C to stop",
+                    flush=True,
+                )
+                async for signum in signals:
+                    print(f"received {signal.Signals(signum).name}, stopping", flush=True)
+                    nursery.cancel_scope.cancel()
+                    break
+        return EXIT_OK
+
+    return trio.run(run)
+
+
+# -- `trio-ccm demo` -----------------------------------------------------------------------
+def _demo_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-ccm demo",
+        usage="trio-ccm demo [options] [-- CCM flags]",
+        description="Run a testbed (emulator, simulated cloud, N kubelets) and the CCM "
+        "(--cloud-provider=sim, leader election on) in one process, over loopback. Prints "
+        "progress about once a second and a summary at the end; the kubeconfig lets kubectl "
+        "watch meanwhile. Flags after `--` go to the CCM (e.g. -- --kube-api-qps=100). "
+        "Stops cleanly on Ctrl-C.",
+    )
+    parser.add_argument(
+        "--nodes", type=_count, default=50, help="instances (and Nodes) at start (default 50)"
+    )
+    parser.add_argument(
+        "--kubeconfig-out",
+        metavar="PATH",
+        default="trio-ccm-demo.kubeconfig",
+        help="kubeconfig for kubectl while the demo runs; removed at exit "
+        "(default trio-ccm-demo.kubeconfig)",
+    )
+    parser.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="once every Node is initialised: print the summary, show "
+        "`kubectl get nodes -o wide` (when kubectl is installed) and exit",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the CCM's info log lines on stderr (default: warnings only)",
+    )
+    _add_listener_arguments(parser)
+    return parser
+
+
+@dataclass
+class _Progress:
+    """What the demo has seen, for the progress lines and the summary."""
+
+    started_at: float
+    census: Census | None = None
+    done_at: float | None = None
+    kube_requests: Counter[str] = field(default_factory=Counter)
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+_WRITE_METHODS: Final = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def _kube_requests(registry: prometheus_client.CollectorRegistry) -> Counter[str]:
+    """The CCM's API requests by HTTP method, from client-go's `rest_client_requests_total`."""
+    counts: Counter[str] = Counter()
+    for metric in registry.collect():
+        if metric.name != "rest_client_requests":
+            continue
+        for sample in metric.samples:
+            if sample.name == "rest_client_requests_total":
+                counts[sample.labels["method"]] += int(sample.value)
+    return counts
+
+
+def _progress_line(progress: _Progress, now: float) -> str:
+    census = progress.census
+    assert census is not None
+    writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
+    return (
+        f"[{now - progress.started_at:6.1f}s] nodes initialised {census.initialised}/"
+        f"{census.nodes}  cloud calls {sum(census.cloud_calls.values())}  "
+        f"kube writes {writes}  events {census.event_count}"
+    )
+
+
+def _summary(progress: _Progress) -> str:
+    census = progress.census
+    if census is None:
+        return "trio-ccm demo: stopped before the first count"
+    rows: list[tuple[str, str]] = [("nodes", str(census.nodes))]
+    zones = ", ".join(f"{zone} {n}" for zone, n in sorted(census.zones.items()))
+    rows.append(("initialised", f"{census.initialised}" + (f"  ({zones})" if zones else "")))
+    took = (
+        f"{progress.done_at - progress.started_at:.2f} s after the CCM started"
+        if progress.done_at is not None
+        else "not all initialised"
+    )
+    rows.append(("time to initialise all", took))
+    rows.append(("cloud calls", str(sum(census.cloud_calls.values()))))
+    rows += [(f"  {m}", str(n)) for m, n in sorted(census.cloud_calls.items())]
+    writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
+    total = sum(progress.kube_requests.values())
+    rows.append(("kube API requests by the CCM", f"{total}  ({writes} writes)"))
+    rows += [(f"  {m}", str(n)) for m, n in sorted(progress.kube_requests.items())]
+    objects = sum(census.events.values())
+    repeats = census.event_count - objects
+    rows.append(("Events", f"{objects}" + (f"  (+{repeats} repeats)" if repeats else "")))
+    rows += [(f"  {reason}", str(n)) for reason, n in sorted(census.events.items())]
+    width = max(len(label) for label, _ in rows) + 2
+    lines = ["", "trio-ccm demo summary", "-" * (width + 24)]
+    lines += [f"{label:<{width}}{value}" for label, value in rows]
+    return "\n".join(lines)
+
+
+async def _track(
+    testbed: Testbed,
+    registry: prometheus_client.CollectorRegistry,
+    progress: _Progress,
+    *,
+    expect: int,
+) -> None:
+    """Count every 0.2 s; print a progress line at most once a second when a count changed,
+    and set `progress.done` once `expect` Nodes (or more) exist and all are initialised."""
+    shown: tuple[int, ...] = ()
+    last_print = -math.inf
+    while True:
+        census = progress.census = await testbed.census()
+        progress.kube_requests = _kube_requests(registry)
+        now = trio.current_time()
+        counts = (
+            census.nodes,
+            census.initialised,
+            sum(census.cloud_calls.values()),
+            census.event_count,
+        )  # not the kube requests: Lease renewals alone would print a line every 2 s
+        complete = census.nodes >= expect and census.initialised == census.nodes
+        if complete and not progress.done.is_set():
+            progress.done_at = now
+            progress.done.set()
+            print(_progress_line(progress, now), flush=True)
+            print(
+                f"all {census.nodes} Nodes initialised in {now - progress.started_at:.2f} s",
+                flush=True,
+            )
+            shown, last_print = counts, now
+        elif counts != shown and now - last_print >= 1.0:
+            print(_progress_line(progress, now), flush=True)
+            shown, last_print = counts, now
+        await trio.sleep(0.2)
+
+
+async def _kubectl_nodes(kubeconfig: Path) -> str | None:
+    """`kubectl get nodes -o wide` against the demo, or None without kubectl."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    with trio.move_on_after(_KUBECTL_TIMEOUT_S):
+        result = await trio.run_process(
+            [kubectl, "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "wide"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        output = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
+        return output.rstrip("\n")
+    return f"(kubectl did not answer within {_KUBECTL_TIMEOUT_S:g} s)"
+
+
+def run_demo(argv: Sequence[str]) -> int:
+    from trio_ccm.testing.cloud import cloud_config
+
+    own, ccm_flags = _split_at_dashes(argv)
+    args = _demo_parser().parse_args(own)
+    problem = _check_listener_args(args, "demo")
+    if problem:
+        return _usage_error(problem, command="demo")
+    kubeconfig = Path(args.kubeconfig_out)
+    try:
+        settings = parse_flags(
+            [
+                "--cloud-provider=sim",
+                f"--kubeconfig={kubeconfig}",
+                "--secure-port=0",
+                *ccm_flags,
+            ],
+            controller_aliases=CONTROLLER_ALIASES,
+        )
+    except FlagError as exc:
+        return _usage_error(f"CCM flags after --: {exc}", command="demo")
+    configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)
+    if not args.verbose and not settings.verbosity:
+        _quiet_logging(logging.WARNING)
+    registry = prometheus_client.CollectorRegistry()
+    shutdown = _Shutdown()
+    failed: list[int] = []  # set when the listeners could not start
+
+    async def run() -> None:
+        with trio.open_signal_receiver(*_SIGNALS) as signals:
+            async with trio.open_nursery() as world_nursery:
+                try:
+                    world = await _open_world(
+                        world_nursery, args, nodes=args.nodes, kubeconfig=str(kubeconfig)
+                    )
+                except OSError as exc:
+                    print(f"trio-ccm: the demo could not start: {exc}", file=sys.stderr)
+                    failed.append(EXIT_FAILURE)
+                    world_nursery.cancel_scope.cancel()
+                    return
+                print(f"apiserver  {world.api_url}", flush=True)
+                print(f"sim cloud  {world.cloud_url}", flush=True)
+                print(f"{args.nodes} Nodes registered by simulated kubelets; starting the CCM")
+                print(f"watch it:  kubectl --kubeconfig {kubeconfig} get nodes -o wide", flush=True)
+                if not args.exit_when_done:
+                    print(
+                        "add nodes: curl -s -X POST "
+                        f'{world.cloud_url}/_sim/instances -d \'{{"name": "node-extra-1"}}\'',
+                        flush=True,
+                    )
+                provider = load_provider(
+                    "sim", cloud_config(world.cloud_url, replica="trio-ccm-demo")
+                )
+                try:
+                    progress = await _demo_ccm(
+                        settings, provider, world, registry, signals, shutdown, args
+                    )
+                finally:
+                    await _aclose_provider(provider)
+                print(_summary(progress), flush=True)
+                if args.exit_when_done and progress.done.is_set() and not shutdown.signals:
+                    shown = await _kubectl_nodes(world.kubeconfig)
+                    if shown is not None:
+                        print(f"\n$ kubectl --kubeconfig {kubeconfig} get nodes -o wide")
+                        print(shown, flush=True)
+                world_nursery.cancel_scope.cancel()
+
+    code = EXIT_OK
+    try:
+        trio.run(run)
+    except* Exception as group:
+        _log_failures(group)
+        code = EXIT_FAILURE
+    finally:
+        kubeconfig.unlink(missing_ok=True)
+    if code == EXIT_OK and (shutdown.forced or failed):
+        code = EXIT_FAILURE
+    return code
+
+
+async def _demo_ccm(
+    settings: Settings,
+    provider: CloudProvider,
+    world: _World,
+    registry: prometheus_client.CollectorRegistry,
+    signals: AsyncIterator[int],
+    shutdown: _Shutdown,
+    args: argparse.Namespace,
+) -> _Progress:
+    """Run the CCM until every Node is initialised (with --exit-when-done) or a signal."""
+    progress = _Progress(started_at=trio.current_time())
+    async with trio.open_nursery() as nursery:
+        holder: list[Serving] = []
+
+        async def replica(*, task_status: trio.TaskStatus[Serving]) -> None:
+            await serve(settings, provider, registry=registry, task_status=task_status)
+            nursery.cancel_scope.cancel()  # returned after shut_down(): the demo is over
+
+        async def finish_when_done() -> None:
+            await progress.done.wait()
+            if args.exit_when_done:
+                holder[0].shut_down()
+
+        nursery.start_soon(
+            partial(
+                _watch_signals,
+                signals,
+                shutdown,
+                lambda: holder[0] if holder else None,
+                nursery.cancel_scope,
+                announce=partial(print, flush=True),
+            )
+        )
+        holder.append(await nursery.start(replica))
+        progress.started_at = trio.current_time()
+        nursery.start_soon(partial(_track, world.testbed, registry, progress, expect=args.nodes))
+        nursery.start_soon(finish_when_done)
+    # One last count, so the summary shows the final state.
+    with trio.move_on_after(_CLEANUP_S):
+        progress.census = await world.testbed.census()
+        progress.kube_requests = _kube_requests(registry)
+    return progress
+
+
+def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    args = list(argv)
+    if "--" in args:
+        at = args.index("--")
+        return args[:at], args[at + 1 :]
+    return args, []
+
+
+_SUBCOMMANDS: Final[dict[str, Callable[[Sequence[str]], int]]] = {
+    "apiserver": run_apiserver,
+    "testbed": run_testbed,
+    "demo": run_demo,
+}
 
 
 if __name__ == "__main__":

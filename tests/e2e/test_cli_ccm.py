@@ -1,0 +1,207 @@
+"""End to end, in real processes: `trio-ccm testbed` and `trio-ccm [flags]` over loopback.
+
+The testbed process serves the emulator and the simulated cloud with 20 kubelets; a CCM
+process initialises the Nodes and, on SIGTERM, drains, releases its Lease and exits 0.
+Everything is bounded by real-time deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_ccm.kube.client import KubeClient, open_kube_client
+from trio_ccm.kube.config import load_config
+from trio_ccm.kube.objects import LEASES, NODES, Node
+
+CLI = (sys.executable, "-m", "trio_ccm")
+NODE_COUNT = 20
+UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+
+
+class Lines:
+    """Reads a process's stdout line by line."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+        self.seen: list[str] = []
+
+    async def next(self) -> str:
+        while b"\n" not in self.buffer:
+            chunk = await self.stream.receive_some()
+            if not chunk:
+                raise EOFError(f"stdout closed; lines so far: {self.seen}")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        self.seen.append(line.decode())
+        return self.seen[-1]
+
+
+@asynccontextmanager
+async def running(
+    argv: list[str], *, stderr: Path, stdout: int | None = subprocess.PIPE
+) -> AsyncIterator[trio.Process]:
+    """A subprocess for the block; killed if still running at its end."""
+    with stderr.open("wb") as err:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                partial(trio.run_process, argv, check=False, stdout=stdout, stderr=err)
+            )
+            try:
+                yield process
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                nursery.cancel_scope.cancel()
+
+
+async def initialised(kube: KubeClient) -> list[Node]:
+    """The Nodes the CCM has finished: no taint left, a provider ID, zone and type labels."""
+    nodes = (await kube.list(NODES, type=Node)).items
+    return [
+        n
+        for n in nodes
+        if n.spec.provider_id.startswith("sim://")
+        and not any(t.key == UNINITIALIZED for t in n.spec.taints)
+        and n.metadata.labels.get("topology.kubernetes.io/zone", "").startswith("sim-region-1")
+        and "node.kubernetes.io/instance-type" in n.metadata.labels
+    ]
+
+
+def json_events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+async def test_ccm_initialises_testbed_nodes_and_releases_the_lease_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """A CCM process pointed at a testbed process initialises all 20 Nodes, then on SIGTERM
+    exits 0 with the Lease released (empty holder); the testbed stops with exit 0 too."""
+    kubeconfig, cloud_config = tmp_path / "kubeconfig", tmp_path / "cloud.yaml"
+    testbed_argv = [
+        *CLI,
+        "testbed",
+        f"--nodes={NODE_COUNT}",
+        f"--kubeconfig-out={kubeconfig}",
+        f"--cloud-config-out={cloud_config}",
+    ]
+    ccm_argv = [
+        *CLI,
+        "--cloud-provider=sim",
+        f"--cloud-config={cloud_config}",
+        f"--kubeconfig={kubeconfig}",
+        "--secure-port=0",
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+        "--logging-format=json",
+        "--profiling",
+    ]
+    with trio.fail_after(30):
+        async with running(testbed_argv, stderr=tmp_path / "testbed.err") as testbed:
+            assert testbed.stdout is not None
+            lines = Lines(testbed.stdout)
+            with trio.fail_after(10):
+                while "nodes registered" not in (line := await lines.next()):
+                    pass
+            assert line.startswith(f"{NODE_COUNT} nodes registered")
+            printed = "\n".join(lines.seen)
+            assert re.search(r"apiserver listening on http://127\.0\.0\.1:\d+", printed)
+            assert re.search(r"sim cloud listening on http://127\.0\.0\.1:\d+", printed)
+            assert f"kubeconfig written to {kubeconfig}" in printed
+            assert f"cloud config written to {cloud_config}" in printed
+            ccm_err = tmp_path / "ccm.err"
+            async with (
+                open_kube_client(load_config(kubeconfig=str(kubeconfig), master=""), qps=0) as kube,
+                running(ccm_argv, stderr=ccm_err, stdout=None) as ccm,
+            ):
+                done: list[Node] = []
+                with trio.move_on_after(15):
+                    while len(done) < NODE_COUNT:
+                        await trio.sleep(0.2)
+                        done = await initialised(kube)
+                assert len(done) == NODE_COUNT, ccm_err.read_text()[-3000:]
+                assert {n.metadata.labels["topology.kubernetes.io/zone"] for n in done} == {
+                    "sim-region-1a",
+                    "sim-region-1b",
+                    "sim-region-1c",
+                }
+                lease = await kube.get(LEASES, "cloud-controller-manager", namespace="kube-system")
+                assert lease["spec"]["holderIdentity"]
+                ccm.send_signal(signal.SIGTERM)
+                with trio.fail_after(15):
+                    await ccm.wait()
+                assert ccm.returncode == 0, ccm_err.read_text()[-3000:]
+                lease = await kube.get(LEASES, "cloud-controller-manager", namespace="kube-system")
+                assert lease["spec"].get("holderIdentity", "") == ""
+            events = json_events(ccm_err)
+            names = [e["event"] for e in events]
+            assert names.count("ccm.flags") == 1
+            assert [e["flag"] for e in events if e["event"] == "flag.ignored"] == ["--profiling"]
+            assert "lease.released" in names
+            assert events[-1]["event"] == "ccm.exit"
+            assert events[-1]["exit_code"] == 0
+            assert sum(e["event"] == "node.initialized" for e in events) == NODE_COUNT
+            testbed.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                await testbed.wait()
+            assert testbed.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        pytest.param(["--kube-api-qps=abc"], "--kube-api-qps=abc: not a number", id="bad-value"),
+        pytest.param(
+            ["--cloud-provider=sim", "--node-monitor-period", "0s"],
+            "--node-monitor-period=0s: a period must be more than 0s",
+            id="zero-period",
+        ),
+    ],
+)
+async def test_bad_flags_exit_2_naming_the_flag(argv: list[str], fragment: str) -> None:
+    """A rejected command line makes the process exit 2 with the flag named on stderr."""
+    with trio.fail_after(20):
+        result = await trio.run_process([*CLI, *argv], capture_stderr=True, check=False)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert err.startswith("trio-ccm: ")
+    assert fragment in err
+
+
+async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
+    """`trio-ccm demo --exit-when-done` initialises every Node, prints the summary (and, with
+    kubectl installed, its Node table), removes its kubeconfig and exits 0."""
+    kubeconfig = tmp_path / "demo.kubeconfig"
+    argv = [*CLI, "demo", "--nodes=10", f"--kubeconfig-out={kubeconfig}", "--exit-when-done"]
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            argv,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert "all 10 Nodes initialised in" in out
+    assert re.search(r"^initialised\s+10\b", out, re.MULTILINE)
+    assert re.search(r"^  ListInstances\s+\d+$", out, re.MULTILINE)
+    assert re.search(r"^  Synced\s+10$", out, re.MULTILINE)
+    if shutil.which("kubectl"):
+        assert re.search(r"^node-0010\s+Ready\s", out, re.MULTILINE)
+    assert not kubeconfig.exists()
