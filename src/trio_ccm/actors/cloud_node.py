@@ -27,6 +27,7 @@ provided-node-ip rules; Event `Synced`; metrics
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -362,9 +363,12 @@ async def run(ctx: ControllerContext) -> None:
     controller = _NodeController(ctx, instances)
     mailbox = ctx.nodes.subscribe()
     try:
-        concurrency = ctx.settings.concurrent_node_syncs
+        # With a bulk lookup every Node actor may look up at once (that is what fills the
+        # batches; cloud calls are capped by the budget); kube writes stay capped by
+        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
+        concurrency: float = ctx.settings.concurrent_node_syncs
         if ctx.batcher is not None:
-            concurrency = max(concurrency, ctx.settings.cloud_batch_size)
+            concurrency = math.inf
         actors = ctx.keyed(
             controller.sync,
             limiter=trio.CapacityLimiter(concurrency),
