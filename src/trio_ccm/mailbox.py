@@ -59,13 +59,15 @@ class Mailbox(Generic[K, V]):
     async def get(self) -> tuple[K, V]:
         """The oldest pending key and its latest value; EndOfChannel once closed and empty."""
         while True:
-            try:
-                item = self.get_nowait()
-            except trio.WouldBlock:
-                pass
-            else:
+            if self._pending or self._closed:
+                # Checkpoint first, then take synchronously: a value taken before a yield
+                # would be in neither the mailbox nor its receiver meanwhile, and a child
+                # that saw `pending(key)` could then be handed nothing (read as "deleted").
                 await trio.lowlevel.checkpoint()
-                return item
+                try:
+                    return self.get_nowait()
+                except trio.WouldBlock:
+                    continue  # another receiver took it during the checkpoint
             self._wakeup = trio.Event()
             self._waiting += 1
             try:

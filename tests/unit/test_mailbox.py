@@ -55,3 +55,34 @@ def test_take_removes_one_key() -> None:
     assert box.take("a") == (False, None)
     with pytest.raises(trio.WouldBlock):
         box.get_nowait()
+
+
+async def _receive(mailbox: Mailbox[str, int], slot: list[int]) -> None:
+    _, value = await mailbox.get()
+    slot.append(value)  # no yield between get() returning and this
+
+
+async def _child(mailbox: Mailbox[str, int], slot: list[int], seen: list[bool]) -> None:
+    if mailbox.pending("k"):
+        await trio.lowlevel.checkpoint()
+        found, _ = mailbox.take("k")
+        seen.append(found or bool(slot))
+
+
+async def test_a_value_being_received_is_never_invisible() -> None:
+    """A receiver that takes a value and stores it without yielding (as KeyedActors'
+    dispatcher does) leaves no instant at which a child that saw `pending(key)` finds the
+    value neither in the mailbox nor in the receiver's slot (it would read as "deleted")."""
+    for _ in range(50):
+        mailbox: Mailbox[str, int] = Mailbox()
+        mailbox.put("k", 1)
+        slot: list[int] = []
+        seen: list[bool] = []
+        with trio.fail_after(1):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_receive, mailbox, slot)
+                nursery.start_soon(_child, mailbox, slot, seen)
+                await trio.testing.wait_all_tasks_blocked()
+                if not slot:
+                    mailbox.put("k", 2)  # the child took it: let the receiver finish
+        assert all(seen)
