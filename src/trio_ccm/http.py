@@ -184,6 +184,19 @@ class _App:
         return not slash or any(c.name == name for c in self._checks[endpoint])
 
 
+async def read_body(receive: _Receive) -> bytes | None:
+    """An ASGI request's whole body, or None when the client disconnected first."""
+    chunks: list[bytes] = []
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
 async def answer_lifespan(receive: _Receive, send: _Send) -> None:
     """ASGI lifespan: acknowledge startup and shutdown (there is nothing to set up)."""
     while True:

@@ -23,7 +23,7 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket
+from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket, read_body
 from trio_ccm.testing.apiserver.server import ApiServer, Request
 
 Scope = MutableMapping[str, Any]
@@ -44,20 +44,15 @@ class AsgiApp:
             return
         if scope["type"] != "http":
             return
-        chunks = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
+        received = await read_body(receive)
+        if received is None:
+            return
         request = Request.build(
             scope["method"],
             scope["path"],
             scope.get("query_string", b"").decode("latin-1"),
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
-            b"".join(chunks),
+            received,
         )
         response = await self.server.handle(request)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.all_headers()]

@@ -17,7 +17,7 @@ from hypercorn.config import Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
-from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket
+from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket, read_body
 from trio_ccm.testing.cloud.server import Request, SimCloud
 
 _Scope = MutableMapping[str, Any]
@@ -48,20 +48,15 @@ class _AsgiApp:
             return
         if scope["type"] != "http":
             return
-        chunks = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
+        body = await read_body(receive)
+        if body is None:
+            return
         request = Request.build(
             scope["method"],
             _raw_path(scope),
             scope.get("query_string", b"").decode("latin-1"),
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
-            b"".join(chunks),
+            body,
         )
         response = await self.cloud.handle(request)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.all_headers()]
