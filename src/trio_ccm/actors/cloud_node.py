@@ -39,7 +39,7 @@ import trio
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.context import ControllerContext
 from trio_ccm.actors.node_addresses import desired_addresses
-from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
+from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
 from trio_ccm.cloud.provider import (
     CloudProvider,
     InstanceMetadata,
@@ -49,7 +49,7 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import KubeError, NotFoundError
-from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.objects import NODES, Node, resource_version_number
 from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses
 from trio_ccm.kube.wellknown import (
     ANNOTATION_PROVIDED_NODE_IP,
@@ -79,8 +79,8 @@ _DELAY_BUCKETS: Final = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 def _rv(node: Node) -> int:
     """The snapshot's resourceVersion as a number (-1 when it is not one: never skipped)."""
-    rv = node.metadata.resource_version
-    return int(rv) if rv.isdigit() else -1
+    number = resource_version_number(node.metadata.resource_version)
+    return -1 if number is None else number
 
 
 def requires(cloud: CloudProvider) -> str | None:
@@ -124,6 +124,10 @@ class _NodeController:
         # are not: their lookups must arrive together to be batched (cloud calls are capped
         # by the budget).
         self.write_limiter = trio.CapacityLimiter(ctx.settings.concurrent_node_syncs)
+        # The periodic address sync's parallelism (upstream: 0 means --concurrent-node-syncs).
+        self.status_workers = (
+            ctx.settings.concurrent_node_status_updates or ctx.settings.concurrent_node_syncs
+        )
 
     # -- cloud lookups -----------------------------------------------------------------
     async def metadata(self, node: Node) -> InstanceMetadata:
@@ -180,12 +184,7 @@ class _NodeController:
                     f"Node {name}: cloud provider does not set node provider ID for node {name}; "
                     "it stays tainted"
                 )
-        addresses = desired_addresses(
-            name,
-            metadata.node_addresses,
-            [NodeAddress(a.type, a.address) for a in node.status.addresses],
-            node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
-        )
+        addresses = self.desired_addresses(node, metadata)
         labels = self.labels_for(node, metadata)
         patch = initialize_node(
             taints=taints_json(node),
@@ -243,9 +242,18 @@ class _NodeController:
                 labels[key] = value
         return {k: v for k, v in labels.items() if node.metadata.labels.get(k) != v}
 
+    @staticmethod
+    def desired_addresses(node: Node, metadata: InstanceMetadata) -> list[NodeAddress] | None:
+        """The addresses the cloud says the Node should have (None: leave them)."""
+        return desired_addresses(
+            node.metadata.name,
+            metadata.node_addresses,
+            node_addresses(node),
+            node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
+        )
+
     async def write_addresses(self, node: Node, addresses: Sequence[NodeAddress]) -> None:
-        current = [NodeAddress(a.type, a.address) for a in node.status.addresses]
-        if list(addresses) == current:
+        if tuple(addresses) == node_addresses(node):
             return
         patch = set_node_addresses({"type": a.type, "address": a.address} for a in addresses)
         await self.patch(node.metadata.name, patch, subresource="status")
@@ -258,9 +266,11 @@ class _NodeController:
 
     async def patch(self, name: str, patch: Patch, *, subresource: str = "") -> None:
         written = await self.ctx.kube.patch(NODES, name, patch, subresource=subresource)
-        rv = str((written.get("metadata") or {}).get("resourceVersion", ""))
-        if rv.isdigit():
-            self.written[name] = int(rv)
+        rv = resource_version_number(
+            str((written.get("metadata") or {}).get("resourceVersion", ""))
+        )
+        if rv is not None:
+            self.written[name] = rv
 
     def age_s(self, node: Node) -> float | None:
         created = node.metadata.creation_timestamp
@@ -299,11 +309,7 @@ class _NodeController:
                 return
         else:
             found = await self.lookup_each(nodes)
-        workers = (
-            self.ctx.settings.concurrent_node_status_updates
-            or self.ctx.settings.concurrent_node_syncs
-        )
-        limiter = trio.CapacityLimiter(workers)
+        limiter = trio.CapacityLimiter(self.status_workers)
         async with trio.open_nursery() as nursery:
             for node in nodes:
                 metadata = found.get(node.metadata.name)
@@ -311,11 +317,7 @@ class _NodeController:
                     nursery.start_soon(self.update_one, node, metadata, limiter)
 
     async def lookup_each(self, nodes: Sequence[Node]) -> dict[str, InstanceMetadata | None]:
-        workers = (
-            self.ctx.settings.concurrent_node_status_updates
-            or self.ctx.settings.concurrent_node_syncs
-        )
-        limiter = trio.CapacityLimiter(workers)
+        limiter = trio.CapacityLimiter(self.status_workers)
         found: dict[str, InstanceMetadata | None] = {}
 
         async def one(node: Node) -> None:
@@ -342,12 +344,7 @@ class _NodeController:
             if has_taint(current, TAINT_UNINITIALIZED):
                 return
             try:
-                addresses = desired_addresses(
-                    current.metadata.name,
-                    metadata.node_addresses,
-                    [NodeAddress(a.type, a.address) for a in current.status.addresses],
-                    current.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
-                )
+                addresses = self.desired_addresses(current, metadata)
                 if addresses is not None:
                     await self.write_addresses(current, addresses)
             except NotFoundError:

@@ -18,10 +18,15 @@ def node_info(node: Node) -> NodeInfo:
         provider_id=node.spec.provider_id,
         labels=dict(node.metadata.labels),
         annotations=dict(node.metadata.annotations),
-        addresses=tuple(NodeAddress(a.type, a.address) for a in node.status.addresses),
+        addresses=node_addresses(node),
         pod_cidrs=node.spec.pod_cidrs or ((node.spec.pod_cidr,) if node.spec.pod_cidr else ()),
         ready=None if ready is None or ready.status == "Unknown" else ready.status == "True",
     )
+
+
+def node_addresses(node: Node) -> tuple[NodeAddress, ...]:
+    """The Node's status.addresses as providers' values, in order."""
+    return tuple(NodeAddress(a.type, a.address) for a in node.status.addresses)
 
 
 def node_ref(node: Node) -> ObjectRef:

@@ -52,7 +52,7 @@ import trio
 from trio_ccm.errors import CcmError, ConfigError
 from trio_ccm.kube.client import KubeClient, KubeError, NotFoundError
 from trio_ccm.kube.events import EventRecorder, ObjectRef, utc_now
-from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec
+from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_number
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import LEASE_NAME, LEASE_NAMESPACE, REASON_LEADER_ELECTION
 from trio_ccm.metrics import LeaderMetrics
@@ -167,8 +167,9 @@ def _newer(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
         return True
     new = str((candidate.get("metadata") or {}).get("resourceVersion", ""))
     old = str((current.get("metadata") or {}).get("resourceVersion", ""))
-    if new.isdigit() and old.isdigit():
-        return int(new) > int(old)
+    new_number, old_number = resource_version_number(new), resource_version_number(old)
+    if new_number is not None and old_number is not None:
+        return new_number > old_number
     return new != old
 
 

@@ -54,6 +54,12 @@ class ObjectMeta(_Base, frozen=True, gc=False):
     owner_references: tuple[OwnerReference, ...] = ()
 
 
+def resource_version_number(rv: str) -> int | None:
+    """A resourceVersion as a number, for ordering versions of one object; None when it is
+    not one (resourceVersions are opaque: etcd's are integers, other stores may differ)."""
+    return int(rv) if rv.isdigit() else None
+
+
 class Object(_Base, frozen=True, gc=False):
     """Any object: just its metadata (what informers need to key and version it)."""
 
