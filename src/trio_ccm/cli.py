@@ -263,6 +263,14 @@ async def _watch_signals(
             return
 
 
+async def _stop_at_first_signal(signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
+    """For the test-tooling subcommands: the first SIGTERM/SIGINT stops everything."""
+    async for signum in signals:
+        print(f"received {signal.Signals(signum).name}, stopping", flush=True)
+        nursery.cancel_scope.cancel()
+        break
+
+
 def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
     shutdown = _Shutdown()
 
@@ -402,10 +410,7 @@ def run_apiserver(argv: Sequence[str]) -> int:
                     print(f"kubeconfig written to {written}", flush=True)
                 if args.rbac:
                     print("RBAC enforced from " + ", ".join(args.rbac), flush=True)
-                async for signum in signals:
-                    print(f"received {signal.Signals(signum).name}, stopping", flush=True)
-                    nursery.cancel_scope.cancel()
-                    break
+                await _stop_at_first_signal(signals, nursery)
         return EXIT_OK
 
     return trio.run(run)
@@ -543,10 +548,7 @@ def run_testbed(argv: Sequence[str]) -> int:
                     "Ctrl-C to stop",
                     flush=True,
                 )
-                async for signum in signals:
-                    print(f"received {signal.Signals(signum).name}, stopping", flush=True)
-                    nursery.cancel_scope.cancel()
-                    break
+                await _stop_at_first_signal(signals, nursery)
         return EXIT_OK
 
     return trio.run(run)
