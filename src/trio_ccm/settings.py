@@ -30,6 +30,8 @@ __all__ = [
     "CLOUD_RATE_FAMILIES",
     "FlagError",
     "Settings",
+    "cidrs_of",
+    "node_mask_sizes",
     "parse_flags",
     "usage",
     "wants_help",
@@ -88,6 +90,11 @@ class Settings:
     cluster_cidr: str = ""
     allocate_node_cidrs: bool = False
     cidr_allocator_type: str = "RangeAllocator"
+    # 0 = not given: the per-family defaults (24 for IPv4, 64 for IPv6) apply.
+    node_cidr_mask_size: int = 0
+    node_cidr_mask_size_ipv4: int = 0
+    node_cidr_mask_size_ipv6: int = 0
+    service_cluster_ip_range: str = ""
     configure_cloud_routes: bool = True
     route_reconciliation_period_s: float = 10.0
     node_monitor_period_s: float = 5.0
@@ -408,6 +415,30 @@ _FLAGS: Final = (
         "cidr_allocator_type",
         "str",
         "CIDR allocator; only RangeAllocator",
+    ),
+    _Flag(
+        "node-cidr-mask-size",
+        "node_cidr_mask_size",
+        "int",
+        "pod CIDR prefix length per Node, single stack only; 0 = 24 (IPv4) or 64 (IPv6)",
+    ),
+    _Flag(
+        "node-cidr-mask-size-ipv4",
+        "node_cidr_mask_size_ipv4",
+        "int",
+        "IPv4 pod CIDR prefix length per Node; 0 = 24",
+    ),
+    _Flag(
+        "node-cidr-mask-size-ipv6",
+        "node_cidr_mask_size_ipv6",
+        "int",
+        "IPv6 pod CIDR prefix length per Node; 0 = 64",
+    ),
+    _Flag(
+        "service-cluster-ip-range",
+        "service_cluster_ip_range",
+        "str",
+        "Service CIDRs (up to one per family), kept out of pod CIDR allocation",
     ),
     _Flag(
         "configure-cloud-routes",
@@ -902,6 +933,7 @@ def _problems(s: Settings) -> list[str]:
     if s.cidr_allocator_type != "RangeAllocator":
         problems.append(f"{show('cidr_allocator_type')}: only RangeAllocator is supported")
     problems += _cidr_problems(s.cluster_cidr)
+    problems += _ipam_problems(s)
     problems += _controllers_problems(s.controllers)
     problems += _rate_problems(s.cloud_rates)
     problems += [
@@ -934,6 +966,78 @@ def _cidr_problems(cluster_cidr: str) -> list[str]:
             f"--cluster-cidr={cluster_cidr}: give one CIDR, or one IPv4 and one IPv6 (dual stack)"
         ]
     return []
+
+
+def cidrs_of(value: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The CIDRs of a comma-separated flag value (already validated; host bits dropped)."""
+    return [ipaddress.ip_network(part.strip(), strict=False) for part in value.split(",") if part]
+
+
+def node_mask_sizes(s: Settings) -> dict[int, int]:
+    """The pod CIDR prefix length per IP version, after the flags' defaults (24 and 64)."""
+    return {
+        4: s.node_cidr_mask_size_ipv4 or s.node_cidr_mask_size or 24,
+        6: s.node_cidr_mask_size_ipv6 or s.node_cidr_mask_size or 64,
+    }
+
+
+def _ipam_problems(s: Settings) -> list[str]:
+    """Upstream's node-IPAM checks (kube-controller-manager's nodeipam options)."""
+    problems = []
+    generic = s.node_cidr_mask_size
+    per_family = s.node_cidr_mask_size_ipv4 or s.node_cidr_mask_size_ipv6
+    if generic and per_family:
+        problems.append(
+            "--node-cidr-mask-size and --node-cidr-mask-size-ipv4/-ipv6 are exclusive: "
+            "give the generic one (single stack) or the per-family ones"
+        )
+    for field, most in (
+        ("node_cidr_mask_size", 128),
+        ("node_cidr_mask_size_ipv4", 32),
+        ("node_cidr_mask_size_ipv6", 128),
+    ):
+        value = getattr(s, field)
+        if value and not 0 < value <= most:
+            problems.append(f"--{field.replace('_', '-')}={value}: must be 1 to {most}")
+    services: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for part in s.service_cluster_ip_range.split(",") if s.service_cluster_ip_range else []:
+        try:
+            services.append(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            problems.append(
+                f"--service-cluster-ip-range={s.service_cluster_ip_range}: {part!r} is not a "
+                "CIDR, e.g. 10.96.0.0/12"
+            )
+    if len(services) > 2 or len({n.version for n in services}) != len(services):
+        problems.append(
+            f"--service-cluster-ip-range={s.service_cluster_ip_range}: give one CIDR, or one "
+            "IPv4 and one IPv6"
+        )
+    if not s.allocate_node_cidrs or problems or _cidr_problems(s.cluster_cidr):
+        return problems
+    if not s.cluster_cidr:
+        return ["--allocate-node-cidrs needs --cluster-cidr (the range Node pod CIDRs come from)"]
+    clusters = cidrs_of(s.cluster_cidr)
+    if generic and len(clusters) > 1:
+        problems.append(
+            "--node-cidr-mask-size is for a single-stack --cluster-cidr; with two CIDRs give "
+            "--node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6"
+        )
+    sizes = node_mask_sizes(s)
+    for cluster in clusters:
+        size = sizes[cluster.version]
+        flag = "--node-cidr-mask-size" + ("" if generic else f"-ipv{cluster.version}")
+        if size < cluster.prefixlen:
+            problems.append(
+                f"{flag}={size}: a Node's pod CIDR cannot be larger than --cluster-cidr "
+                f"{cluster}; give a prefix length of at least {cluster.prefixlen}"
+            )
+        elif size - cluster.prefixlen > 16:
+            problems.append(
+                f"{flag}={size}: --cluster-cidr {cluster} would hold more than 65536 Node "
+                f"CIDRs; give a prefix length of at most {cluster.prefixlen + 16}"
+            )
+    return problems
 
 
 def _controllers_problems(controllers: tuple[str, ...]) -> list[str]:

@@ -185,7 +185,7 @@ async def serve(
     enabled = resolve_controllers(settings, BUILTIN_CONTROLLERS, [*controllers, *contributed])
     runnable: list[Controller] = []
     for controller in enabled:
-        reason = controller.requires(cloud)
+        reason = controller.requires(cloud, settings)
         if reason is None:
             runnable.append(controller)
         else:

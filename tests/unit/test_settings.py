@@ -55,6 +55,10 @@ EFFECTIVE = [
     "--cluster-cidr",
     "--allocate-node-cidrs",
     "--cidr-allocator-type",
+    "--node-cidr-mask-size",
+    "--node-cidr-mask-size-ipv4",
+    "--node-cidr-mask-size-ipv6",
+    "--service-cluster-ip-range",
     "--configure-cloud-routes",
     "--route-reconciliation-period",
     "--node-monitor-period",
@@ -609,6 +613,7 @@ def _settings(draw: st.DrawFn) -> Settings:
     with_cert = draw(st.booleans())
     families = draw(st.lists(st.sampled_from(CLOUD_RATE_FAMILIES), unique=True))
     positive = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
+    cluster_cidr = draw(st.sampled_from(["", "10.244.0.0/16", "10.0.0.0/8,fd00::/48"]))
     values = {
         "cloud_provider": draw(text),
         "cloud_config": draw(text),
@@ -628,9 +633,16 @@ def _settings(draw: st.DrawFn) -> Settings:
         "leader_elect_resource_namespace": draw(text),
         "exit_on_lost_lease": draw(st.booleans()),
         "cluster_name": draw(text),
-        "cluster_cidr": draw(st.sampled_from(["", "10.244.0.0/16", "10.0.0.0/8,fd00::/48"])),
-        "allocate_node_cidrs": draw(st.booleans()),
+        "cluster_cidr": cluster_cidr,
+        # --allocate-node-cidrs needs a --cluster-cidr.
+        "allocate_node_cidrs": bool(cluster_cidr) and draw(st.booleans()),
         "cidr_allocator_type": "RangeAllocator",
+        "node_cidr_mask_size": 0,
+        "node_cidr_mask_size_ipv4": draw(st.sampled_from([0, 16, 24])),
+        "node_cidr_mask_size_ipv6": draw(st.sampled_from([0, 56, 64])),
+        "service_cluster_ip_range": draw(
+            st.sampled_from(["", "10.96.0.0/12", "10.96.0.0/12,fd01::/108"])
+        ),
         "configure_cloud_routes": draw(st.booleans()),
         "route_reconciliation_period_s": draw(_seconds(1, 10**15)),
         "node_monitor_period_s": draw(_seconds(1, 10**15)),

@@ -4,29 +4,22 @@ from __future__ import annotations
 
 from typing import Final
 
-from trio_ccm.actors import cloud_node, node_lifecycle
-from trio_ccm.actors.context import Controller, ControllerContext
-from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.actors import cloud_node, node_ipam, node_lifecycle, node_route, service_lb
+from trio_ccm.actors.context import Controller
 from trio_ccm.kube.wellknown import (
     CLOUD_NODE_CONTROLLER,
     CLOUD_NODE_LIFECYCLE_CONTROLLER,
     COMPONENT_CLOUD_NODE,
     COMPONENT_CLOUD_NODE_LIFECYCLE,
+    COMPONENT_IPAM,
     COMPONENT_ROUTE,
     COMPONENT_SERVICE,
+    NODE_IPAM_CONTROLLER,
     NODE_ROUTE_CONTROLLER,
     SERVICE_LB_CONTROLLER,
 )
 
 __all__ = ["BUILTIN_CONTROLLERS"]
-
-
-def _not_built(_cloud: CloudProvider) -> str:
-    return "not implemented in this version of trio-ccm yet"
-
-
-async def _never(_ctx: ControllerContext) -> None:  # pragma: no cover - never runnable
-    raise AssertionError("an unbuilt controller was started")
 
 
 BUILTIN_CONTROLLERS: Final = (
@@ -48,18 +41,28 @@ BUILTIN_CONTROLLERS: Final = (
     ),
     Controller(
         SERVICE_LB_CONTROLLER,
-        _never,
+        service_lb.run,
         informers=frozenset({"services", "nodes"}),
-        requires=_not_built,
+        requires=service_lb.requires,
         client_name="service-controller",
         event_component=COMPONENT_SERVICE,
     ),
     Controller(
         NODE_ROUTE_CONTROLLER,
-        _never,
+        node_route.run,
         informers=frozenset({"nodes"}),
-        requires=_not_built,
+        requires=node_route.requires,
         client_name="route-controller",
         event_component=COMPONENT_ROUTE,
+    ),
+    # Upstream's example binary adds "nodeipam" (KCM's range allocator); it acts only with
+    # --allocate-node-cidrs.
+    Controller(
+        NODE_IPAM_CONTROLLER,
+        node_ipam.run,
+        informers=frozenset({"nodes"}),
+        requires=node_ipam.requires,
+        client_name="node-controller",
+        event_component=COMPONENT_IPAM,
     ),
 )

@@ -62,6 +62,7 @@ from trio_ccm.kube.wellknown import (
     REASON_SYNCED,
     TAINT_UNINITIALIZED,
 )
+from trio_ccm.settings import Settings
 
 __all__ = ["NodeMetrics", "requires", "run"]
 
@@ -83,7 +84,7 @@ def _rv(node: Node) -> int:
     return -1 if number is None else number
 
 
-def requires(cloud: CloudProvider) -> str | None:
+def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
     return None if cloud.instances is not None else "the cloud provider has no instances"
 
 

@@ -49,16 +49,19 @@ class Controller:
     """A controller the supervisor can run: its name (as in `--controllers`) and its body.
 
     `informers` names the caches it reads; the supervisor runs only the caches some enabled
-    controller needs (so RBAC can be least-privilege). `requires` says why the cloud cannot
-    support it (e.g. "the cloud has no load balancers"), or None; an unsupported controller
-    is skipped with a warning, as upstream does. `client_name` is the user-agent suffix of
-    its kube client (upstream's per-controller client identity).
+    controller needs (so RBAC can be least-privilege). `requires(cloud, settings)` says why
+    the cloud or the flags rule it out (e.g. "the cloud has no load balancers",
+    "--configure-cloud-routes=false"), or None; such a controller is skipped with a
+    warning, as upstream does. It may raise ConfigError for flags the controller cannot
+    run with (the process then exits 2 naming the flag, as upstream's start errors do).
+    `client_name` is the user-agent suffix of its kube client (upstream's per-controller
+    client identity).
     """
 
     name: str
     run: Callable[[ControllerContext], Awaitable[None]]
     informers: frozenset[InformerName] = frozenset()
-    requires: Callable[[CloudProvider], str | None] = lambda _cloud: None
+    requires: Callable[[CloudProvider, Settings], str | None] = lambda _cloud, _settings: None
     disabled_by_default: bool = False
     client_name: str = ""
     event_component: str = ""

@@ -37,6 +37,7 @@ from trio_ccm.kube.wellknown import (
     REASON_DELETING_NODE_FAILED,
     TAINT_SHUTDOWN,
 )
+from trio_ccm.settings import Settings
 
 __all__ = ["requires", "run"]
 
@@ -45,7 +46,7 @@ log = structlog.get_logger("trio_ccm.actors.node_lifecycle")
 _SHUTDOWN_TAINT: dict[str, JSONValue] = {"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}
 
 
-def requires(cloud: CloudProvider) -> str | None:
+def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
     return None if cloud.instances is not None else "the cloud provider has no instances"
 
 

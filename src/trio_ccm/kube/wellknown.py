@@ -39,11 +39,13 @@ CLOUD_NODE_CONTROLLER: Final = "cloud-node-controller"
 CLOUD_NODE_LIFECYCLE_CONTROLLER: Final = "cloud-node-lifecycle-controller"
 SERVICE_LB_CONTROLLER: Final = "service-lb-controller"
 NODE_ROUTE_CONTROLLER: Final = "node-route-controller"
+NODE_IPAM_CONTROLLER: Final = "node-ipam-controller"
 CONTROLLER_ALIASES: Final = {
     "cloud-node": CLOUD_NODE_CONTROLLER,
     "cloud-node-lifecycle": CLOUD_NODE_LIFECYCLE_CONTROLLER,
     "service": SERVICE_LB_CONTROLLER,
     "route": NODE_ROUTE_CONTROLLER,
+    "nodeipam": NODE_IPAM_CONTROLLER,
 }
 
 # Event source components (as upstream writes them; note route_controller's underscore)
@@ -51,6 +53,7 @@ COMPONENT_CLOUD_NODE: Final = "cloud-node-controller"
 COMPONENT_CLOUD_NODE_LIFECYCLE: Final = "cloud-node-lifecycle-controller"
 COMPONENT_SERVICE: Final = "service-controller"
 COMPONENT_ROUTE: Final = "route_controller"
+COMPONENT_IPAM: Final = "cidrAllocator"
 
 # Event reasons
 REASON_SYNCED: Final = "Synced"
@@ -66,6 +69,8 @@ REASON_DELETE_LB_FAILED: Final = "DeleteLoadBalancerFailed"
 REASON_UPDATE_LB_FAILED: Final = "UpdateLoadBalancerFailed"
 REASON_UNAVAILABLE_LB: Final = "UnAvailableLoadBalancer"
 REASON_FAILED_TO_CREATE_ROUTE: Final = "FailedToCreateRoute"
+REASON_CIDR_NOT_AVAILABLE: Final = "CIDRNotAvailable"
+REASON_CIDR_ASSIGNMENT_FAILED: Final = "CIDRAssignmentFailed"
 REASON_LEADER_ELECTION: Final = "LeaderElection"
 
 # Route condition reasons and messages
