@@ -726,6 +726,7 @@ def run_demo(argv: Sequence[str]) -> int:
                 "--cloud-provider=sim",
                 f"--kubeconfig={kubeconfig}",
                 "--secure-port=0",
+                "--configure-cloud-routes=false",
                 *ccm_flags,
             ],
             controller_aliases=CONTROLLER_ALIASES,

@@ -105,6 +105,7 @@ async def test_ccm_initialises_testbed_nodes_and_releases_the_lease_on_sigterm(
         f"--cloud-config={cloud_config}",
         f"--kubeconfig={kubeconfig}",
         "--secure-port=0",
+        "--configure-cloud-routes=false",
         "--leader-elect-lease-duration=4s",
         "--leader-elect-renew-deadline=3s",
         "--leader-elect-retry-period=1s",

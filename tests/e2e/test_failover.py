@@ -58,6 +58,7 @@ def ccm_argv(kubeconfig: Path, cloud_config: Path) -> list[str]:
         f"--cloud-config={cloud_config}",
         f"--kubeconfig={kubeconfig}",
         "--secure-port=0",
+        "--configure-cloud-routes=false",
         "--logging-format=json",
         *LEASE_FLAGS,
     ]

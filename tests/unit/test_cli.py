@@ -281,6 +281,7 @@ def test_unreadable_kubeconfig_exits_1_after_logging_flags_and_ignored_ones(
         f"--cloud-config={cloud_config}",
         f"--kubeconfig={missing}",
         "--secure-port=0",
+        "--configure-cloud-routes=false",
         "--profiling",
         "--profiling=false",
         "--feature-gates=A=true",

@@ -9,8 +9,11 @@ from trio_ccm.settings import Settings
 __all__ = ["requires", "run"]
 
 
-def requires(_cloud: CloudProvider, _settings: Settings) -> str | None:
-    return "not implemented in this version of trio-ccm yet"
+def requires(_cloud: CloudProvider, settings: Settings) -> str | None:
+    """Acts only with --allocate-node-cidrs (settings checked --cluster-cidr and the masks)."""
+    if not settings.allocate_node_cidrs:
+        return "--allocate-node-cidrs=false (Node pod CIDRs are assigned by someone else)"
+    return None
 
 
 async def run(ctx: ControllerContext) -> None:  # pragma: no cover - never started

@@ -9,7 +9,9 @@ from trio_ccm.settings import Settings
 __all__ = ["requires", "run"]
 
 
-def requires(_cloud: CloudProvider, _settings: Settings) -> str | None:
+def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
+    if cloud.load_balancers is None:
+        return "the cloud provider has no load balancers"
     return "not implemented in this version of trio-ccm yet"
 
 

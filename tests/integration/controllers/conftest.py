@@ -132,6 +132,9 @@ def settings(**changes: object) -> Settings:
         "leader_elect": False,
         "cloud_provider": "sim",
         "cloud_batch_window_s": 0.02,
+        # Each test enables the controllers it is about (the route controller needs a
+        # --cluster-cidr, the service controller watches Services).
+        "controllers": ("cloud-node-controller", "cloud-node-lifecycle-controller"),
     }
     base.update(changes)
     return Settings(**base)  # type: ignore[arg-type]
