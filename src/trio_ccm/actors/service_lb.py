@@ -1,19 +1,676 @@
-"""Placeholder: being written (issue 6)."""
+"""service-lb-controller: a cloud load balancer for every Service of type LoadBalancer.
+
+Upstream (`controllers/service/controller.go`), kept:
+
+- **Which Services**: `spec.type: LoadBalancer` without `spec.loadBalancerClass`. A Service
+  that no longer wants one (type changed, class set) or is being deleted, and still carries
+  the finalizer `service.kubernetes.io/load-balancer-cleanup`, has its load balancer deleted
+  (`get_load_balancer`, then `ensure_load_balancer_deleted` if it exists) and then the
+  finalizer removed and the status cleared.
+- **The finalizer is added before any cloud call** that could create something, so a load
+  balancer never exists without a finalizer that makes sure it is deleted.
+- **Ensure**: the Nodes passing the predicates (not being deleted, no
+  `node.kubernetes.io/exclude-from-external-load-balancers` label unless it parses as
+  false, no `ToBeDeletedByClusterAutoscaler` taint; readiness is not one) go to
+  `ensure_load_balancer`; the returned ingress is written to `status.loadBalancer` only when
+  it differs (ip, hostname, ipMode, ports); `ImplementedElsewhere` is success without a
+  status write; a provider's `RetryAfter(d)` is retried after exactly d, other errors with
+  per-Service exponential backoff 5 s -> 300 s.
+- **Writes** go to the `services/status` subresource (finalizers included, as upstream), so
+  the controller needs no `services` patch permission. Finalizer changes are JSON patches
+  guarded by the finalizers seen.
+- **Events** (component `service-controller`): `EnsuringLoadBalancer`,
+  `EnsuredLoadBalancer`, `DeletingLoadBalancer`, `DeletedLoadBalancer`,
+  `UpdatedLoadBalancer`; Warnings `SyncLoadBalancerFailed`, `DeleteLoadBalancerFailed`,
+  `UpdateLoadBalancerFailed`, `UnAvailableLoadBalancer`.
+- **A Service recreated under the same name** (new UID) has the old load balancer deleted
+  first; a Service deleted without the finalizer (created before it existed) has its load
+  balancer deleted if this replica knew it.
+- Metrics `service_controller_loadbalancer_sync_total`, `..._nodesync_error_total`,
+  `..._nodesync_latency_seconds`, `..._update_loadbalancer_host_latency_seconds`.
+
+Improvements:
+
+- **Concurrent**: one actor per Service, up to max(`--concurrent-service-syncs`, 100) at
+  once (upstream: `--concurrent-service-syncs` workers, 1 by default). The cloud budget
+  (`--cloud-api-rate load_balancers=...`) paces the cloud calls, not a worker count.
+- **Node-set changes are coalesced** (1 s from the first change) and pushed to every load
+  balancer at once (each through `update_load_balancer`, within the budget), instead of one
+  load balancer after another on one worker.
+- **The Nodes a load balancer has are recorded only after the cloud said yes**; a failed
+  update leaves the Service marked stale, and its retry is a full ensure.
+- **Restarts are gentle**: Services that look provisioned (finalizer, ingress, not being
+  deleted) are re-verified at half the load-balancer budget rate, oldest first, while new,
+  changed and deleted Services go first; upstream re-ensures every load balancer at once.
+- **A periodic drift check** re-ensures every load balancer every 30 minutes, at the same
+  gentle rate (upstream has none: drift is fixed only by some change). Re-verification
+  emits `EnsuredLoadBalancer` only when it changed the status.
+- **Bad Services** (no ports, unparsable source ranges) get one Warning naming the field
+  and the fix, and no cloud call until they change; errors of one Service never hold up
+  another.
+- Own writes are recognised by their resourceVersion, so a status echo costs nothing.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import prometheus_client
+import structlog
+import trio
+
+from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.context import ControllerContext
-from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
+from trio_ccm.cloud.budget import DEFAULT_RATES
+from trio_ccm.cloud.provider import (
+    CloudProvider,
+    ImplementedElsewhere,
+    LoadBalancers,
+    LoadBalancerStatus,
+)
+from trio_ccm.errors import CcmError
+from trio_ccm.kube.client import NotFoundError
+from trio_ccm.kube.objects import (
+    SERVICES,
+    LoadBalancerIngress,
+    Node,
+    PortStatus,
+    Service,
+    resource_version_number,
+)
+from trio_ccm.kube.patches import (
+    JSONValue,
+    Patch,
+    add_finalizer,
+    remove_finalizer,
+    set_load_balancer_status,
+)
+from trio_ccm.kube.wellknown import (
+    ANNOTATION_LB_SOURCE_RANGES,
+    FINALIZER_LB_CLEANUP,
+    LABEL_EXCLUDE_FROM_LB,
+    REASON_DELETE_LB_FAILED,
+    REASON_DELETED_LB,
+    REASON_DELETING_LB,
+    REASON_ENSURED_LB,
+    REASON_ENSURING_LB,
+    REASON_SYNC_LB_FAILED,
+    REASON_UNAVAILABLE_LB,
+    REASON_UPDATE_LB_FAILED,
+    REASON_UPDATED_LB,
+    TAINT_TO_BE_DELETED_BY_CA,
+)
+from trio_ccm.mailbox import Mailbox
 from trio_ccm.settings import Settings
 
-__all__ = ["requires", "run"]
+__all__ = ["ServiceMetrics", "requires", "run", "stable_node", "wants_load_balancer"]
+
+log = structlog.get_logger("trio_ccm.actors.service_lb")
+
+MIN_CONCURRENCY: Final = 100
+NODE_SYNC_COALESCE_S: Final = 1.0
+VERIFY_SHARE: Final = 0.5  # of the load-balancer family's rate, for re-verification
+DRIFT_CHECK_PERIOD_S: Final = 1800.0
+_NODE_NAMES_LIMIT: Final = 20
+_LATENCY_BUCKETS: Final = tuple(2.0**k for k in range(15))  # 1 s .. 16384 s, as upstream
+# Go's strconv.ParseBool: the exclusion label is ignored only for a false value.
+_FALSE: Final = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+_TRUE: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+NodeSet = frozenset[tuple[str, str]]
+"""The backends as the controller compares them: (Node name, provider ID) pairs."""
 
 
 def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
-    if cloud.load_balancers is None:
-        return "the cloud provider has no load balancers"
-    return "not implemented in this version of trio-ccm yet"
+    return None if cloud.load_balancers is not None else "the cloud provider has no load balancers"
 
 
-async def run(ctx: ControllerContext) -> None:  # pragma: no cover - never started
-    raise AssertionError(f"{ctx.name}: not built yet")
+# -- upstream's predicates ---------------------------------------------------------------
+def wants_load_balancer(service: Service) -> bool:
+    return service.spec.type == "LoadBalancer" and service.spec.load_balancer_class is None
+
+
+def _has_finalizer(service: Service) -> bool:
+    return FINALIZER_LB_CLEANUP in service.metadata.finalizers
+
+
+def stable_node(node: Node) -> bool:
+    """Whether a Node is a backend of load balancers (upstream's stable node set)."""
+    if node.metadata.deletion_timestamp:
+        return False
+    excluded = node.metadata.labels.get(LABEL_EXCLUDE_FROM_LB)
+    if excluded is not None and excluded not in _FALSE:
+        return False
+    return not has_taint(node, TAINT_TO_BE_DELETED_BY_CA)
+
+
+def _fingerprint(service: Service) -> tuple[object, ...]:
+    """What upstream's needsUpdate compares: a change of any of these re-ensures."""
+    spec = service.spec
+    return (
+        service.metadata.uid,
+        spec.type,
+        spec.load_balancer_class,
+        tuple(spec.load_balancer_source_ranges),
+        tuple(
+            (p.name, p.protocol, p.port, p.node_port, p.target_port, p.app_protocol)
+            for p in spec.ports
+        ),
+        spec.session_affinity,
+        repr(spec.session_affinity_config),
+        spec.load_balancer_ip,
+        tuple(spec.external_ips),
+        tuple(sorted(service.metadata.annotations.items())),
+        spec.external_traffic_policy,
+        spec.health_check_node_port,
+        len(spec.ip_families),
+    )
+
+
+def _problems(service: Service) -> list[str]:
+    """What makes any load balancer impossible, with the fix (no cloud call is made)."""
+    problems = []
+    if not service.spec.ports:
+        problems.append("spec.ports is empty: a load balancer needs at least one port")
+    ranges = list(service.spec.load_balancer_source_ranges)
+    where = "spec.loadBalancerSourceRanges"
+    if not ranges and service.metadata.annotations.get(ANNOTATION_LB_SOURCE_RANGES, "").strip():
+        where = f"annotation {ANNOTATION_LB_SOURCE_RANGES}"
+        ranges = service.metadata.annotations[ANNOTATION_LB_SOURCE_RANGES].split(",")
+    for value in ranges:
+        try:
+            ipaddress.ip_network(value.strip(), strict=False)
+        except ValueError:
+            problems.append(f"{where}: {value.strip()!r} is not a CIDR (e.g. 203.0.113.0/24)")
+    return problems
+
+
+def _ingress(status: LoadBalancerStatus) -> tuple[LoadBalancerIngress, ...]:
+    """The provider's answer as the Service status holds it."""
+    return tuple(
+        LoadBalancerIngress(
+            ip=i.ip,
+            hostname=i.hostname,
+            ip_mode=i.ip_mode,
+            ports=tuple(PortStatus(p.port, p.protocol, p.error) for p in i.ports),
+        )
+        for i in status.ingress
+    )
+
+
+def _ingress_json(ingress: Sequence[LoadBalancerIngress]) -> list[dict[str, JSONValue]]:
+    found: list[dict[str, JSONValue]] = []
+    for entry in ingress:
+        body: dict[str, JSONValue] = {}
+        if entry.ip:
+            body["ip"] = entry.ip
+        if entry.hostname:
+            body["hostname"] = entry.hostname
+        if entry.ip_mode:
+            body["ipMode"] = entry.ip_mode
+        if entry.ports:
+            ports: list[JSONValue] = []
+            for port in entry.ports:
+                item: dict[str, JSONValue] = {"port": port.port, "protocol": port.protocol}
+                if port.error is not None:
+                    item["error"] = port.error
+                ports.append(item)
+            body["ports"] = ports
+        found.append(body)
+    return found
+
+
+def _names(nodes: Sequence[Node]) -> str:
+    """Upstream's node list in messages: at most 20 names, then how many more."""
+    names = [n.metadata.name for n in nodes[:_NODE_NAMES_LIMIT]]
+    more = len(nodes) - len(names)
+    return "[" + " ".join(names) + (f" <{more} more>" if more else "") + "]"
+
+
+class ServiceMetrics:
+    """Upstream's service controller metrics (created once per registry)."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.sync_total = prometheus_client.Counter(
+            "service_controller_loadbalancer_sync",
+            "A metric counting the amount of times any load balancer has been configured, as "
+            "an effect of service/node changes on the cluster",
+            registry=registry,
+        )
+        self.nodesync_errors = prometheus_client.Counter(
+            "service_controller_nodesync_error",
+            "A metric counting the amount of times any load balancer has been configured and "
+            "errored, as an effect of node changes on the cluster",
+            registry=registry,
+        )
+        self.nodesync_latency = prometheus_client.Histogram(
+            "service_controller_nodesync_latency_seconds",
+            "A metric measuring the latency for nodesync which updates loadbalancer hosts on "
+            "cluster node updates.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.update_latency = prometheus_client.Histogram(
+            "service_controller_update_loadbalancer_host_latency_seconds",
+            "A metric measuring the latency for updating each load balancer hosts.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Synced:
+    """What the cloud was last told, successfully, for one Service (this term only)."""
+
+    uid: str
+    fingerprint: tuple[object, ...]
+    nodes: NodeSet
+    ingress: tuple[LoadBalancerIngress, ...]
+
+
+class _NodeSyncPass:
+    """One push of a new node set: the Services still to be updated, for the latency metric."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self.started = trio.current_time()
+        self.pending = keys
+
+
+class _ServiceController:
+    def __init__(self, ctx: ControllerContext, lbs: LoadBalancers) -> None:
+        self.ctx = ctx
+        self.lbs = lbs
+        self.cluster = ctx.settings.cluster_name
+        self.metrics = ctx.once("metrics", lambda: ServiceMetrics(ctx.registry))
+        self.inbox: Mailbox[str, Service | None] = Mailbox()
+        self.cache: dict[str, Service] = {}  # Services handled this term (upstream's cache)
+        self.synced: dict[str, _Synced] = {}
+        self.written: dict[str, int] = {}  # resourceVersion of our last write per Service
+        self.invalid: dict[str, tuple[object, ...]] = {}  # warned about at this fingerprint
+        self.seen: set[str] = set()  # keys the router has handed on at least once
+        self.deferred: dict[str, None] = {}  # to be re-verified gently, in order
+        self.deferred_added = trio.Event()
+        self.forced: set[str] = set()  # re-verification: ensure even if nothing changed
+        self.node_pass: _NodeSyncPass | None = None
+        rates = {family: (qps, burst) for family, qps, burst in ctx.settings.cloud_rates}
+        qps = rates.get("load_balancers", (DEFAULT_RATES["load_balancers"].qps, 0))[0]
+        self.verify_interval_s = 1.0 / (qps * VERIFY_SHARE)
+
+    # -- which Services, and when --------------------------------------------------------
+    async def route(self, mailbox: Mailbox[str, Service | None]) -> None:
+        """Hand Service changes to the actors; provisioned ones first seen go to the pacer."""
+        async for key, service in mailbox:
+            if service is None:
+                self.deferred.pop(key, None)
+                if key in self.cache:
+                    self.inbox.put(key, None)
+                continue
+            if not (wants_load_balancer(service) or _has_finalizer(service) or key in self.cache):
+                continue
+            if key not in self.seen:
+                self.seen.add(key)
+                if self.looks_provisioned(service):
+                    self.defer(key)
+                    continue
+            self.deferred.pop(key, None)
+            self.inbox.put(key, service)
+
+    @staticmethod
+    def looks_provisioned(service: Service) -> bool:
+        return (
+            wants_load_balancer(service)
+            and _has_finalizer(service)
+            and not service.metadata.deletion_timestamp
+            and bool(service.status.load_balancer.ingress)
+        )
+
+    def defer(self, key: str) -> None:
+        self.deferred[key] = None
+        self.deferred_added.set()
+
+    async def verify_forever(self) -> None:
+        """Feed deferred Services to the actors at the gentle rate; queue every load balancer
+        for re-verification each DRIFT_CHECK_PERIOD_S."""
+        next_drift = trio.current_time() + DRIFT_CHECK_PERIOD_S
+        while True:
+            if self.deferred:
+                key = next(iter(self.deferred))
+                del self.deferred[key]
+                service = self.ctx.services.get(key)
+                if service is not None:
+                    self.forced.add(key)
+                    self.inbox.put(key, service)
+                await trio.sleep(self.verify_interval_s)
+                continue
+            self.deferred_added = trio.Event()
+            with trio.move_on_at(next_drift):
+                await self.deferred_added.wait()
+            if trio.current_time() >= next_drift:
+                next_drift = trio.current_time() + DRIFT_CHECK_PERIOD_S
+                for key in sorted(self.synced):
+                    self.deferred[key] = None
+
+    async def watch_nodes(self) -> None:
+        """Push a changed node set to every load balancer, once the changes have settled."""
+        mailbox = self.ctx.nodes.subscribe()
+        try:
+            current = self.node_set(self.stable_nodes())
+            while True:
+                await mailbox.get()
+                await trio.sleep(NODE_SYNC_COALESCE_S)
+                while len(mailbox):
+                    mailbox.get_nowait()
+                nodes = self.stable_nodes()
+                new = self.node_set(nodes)
+                if new == current:
+                    continue
+                current = new
+                # Load balancers ensured this term, and those still waiting for their gentle
+                # re-verification after a restart (their backends may be stale).
+                keys = {
+                    key
+                    for key in [*self.synced, *self.deferred]
+                    if (service := self.ctx.services.get(key)) is not None
+                    and wants_load_balancer(service)
+                }
+                log.info("service.node-set-changed", nodes=len(nodes), load_balancers=len(keys))
+                self.node_pass = _NodeSyncPass(set(keys)) if keys else None
+                for key in sorted(keys):
+                    service = self.ctx.services.get(key)
+                    if service is not None:
+                        self.deferred.pop(key, None)
+                        self.inbox.put(key, service)
+        finally:
+            self.ctx.nodes.unsubscribe(mailbox)
+
+    def stable_nodes(self) -> list[Node]:
+        return sorted(
+            (n for n in self.ctx.nodes.items() if stable_node(n)), key=lambda n: n.metadata.name
+        )
+
+    @staticmethod
+    def node_set(nodes: Sequence[Node]) -> NodeSet:
+        return frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
+
+    def node_pass_done(self, key: str, *, failed: bool = False) -> None:
+        current = self.node_pass
+        if current is None or key not in current.pending:
+            return
+        current.pending.discard(key)
+        if failed:
+            self.metrics.nodesync_errors.inc()
+        if not current.pending:
+            self.metrics.nodesync_latency.observe(trio.current_time() - current.started)
+            self.node_pass = None
+
+    # -- one Service ---------------------------------------------------------------------
+    async def sync(self, key: str, service: Service | None) -> None:
+        force = key in self.forced
+        self.forced.discard(key)
+        if service is None:
+            await self.process_deletion(key)
+            return
+        number = resource_version_number(service.metadata.resource_version)
+        if not force and number is not None and number < self.written.get(key, -1):
+            return  # an echo older than our last write: the newer one is on its way
+        old = self.cache.get(key)
+        if old is not None and old.metadata.uid != service.metadata.uid:
+            log.info(
+                "service.recreated",
+                service=key,
+                old_uid=old.metadata.uid,
+                uid=service.metadata.uid,
+            )
+            await self.delete_load_balancer(key, old)
+            self.synced.pop(key, None)
+        self.cache[key] = service
+        try:
+            await self.sync_load_balancer(key, service, force=force)
+        except Exception as exc:
+            self.ctx.events.warning(
+                service_ref(service), REASON_SYNC_LB_FAILED, f"Error syncing load balancer: {exc}"
+            )
+            self.node_pass_done(key, failed=True)
+            raise
+
+    async def process_deletion(self, key: str) -> None:
+        """A Service gone without our finalizer: delete its load balancer if we knew it."""
+        self.forced.discard(key)
+        self.written.pop(key, None)
+        self.invalid.pop(key, None)
+        cached = self.cache.get(key)
+        if cached is not None and key in self.synced:
+            await self.delete_load_balancer(key, cached)
+        self.cache.pop(key, None)
+        self.synced.pop(key, None)
+        self.node_pass_done(key)
+
+    async def delete_load_balancer(self, key: str, service: Service) -> None:
+        """Upstream's processLoadBalancerDelete (Services without the finalizer)."""
+        ref = service_ref(service)
+        self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
+        try:
+            await self.lbs.ensure_load_balancer_deleted(self.cluster, service_info(service))
+        except Exception as exc:
+            self.ctx.events.warning(
+                ref, REASON_DELETE_LB_FAILED, f"Error deleting load balancer: {exc}"
+            )
+            raise
+        self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
+        log.info("service.load-balancer-deleted", service=key, uid=service.metadata.uid)
+
+    async def sync_load_balancer(self, key: str, service: Service, *, force: bool) -> None:
+        deleting = bool(service.metadata.deletion_timestamp)
+        if not wants_load_balancer(service) or deleting:
+            if _has_finalizer(service) or key in self.synced:
+                await self.clean_up(key, service)
+            else:
+                self.cache.pop(key, None)
+            self.node_pass_done(key)
+            return
+        fingerprint = _fingerprint(service)
+        if self.invalid.get(key) == fingerprint:
+            return  # warned already; waits for a change of the Service
+        problems = _problems(service)
+        if problems:
+            self.invalid[key] = fingerprint
+            message = "; ".join(problems)
+            self.ctx.events.warning(
+                service_ref(service),
+                REASON_SYNC_LB_FAILED,
+                f"Error syncing load balancer: {message}; fix the Service, it is retried when "
+                "it changes",
+            )
+            log.warning("service.invalid", service=key, problems=problems)
+            self.node_pass_done(key)
+            return
+        self.invalid.pop(key, None)
+        nodes = self.stable_nodes()
+        node_set = self.node_set(nodes)
+        previous = self.synced.get(key)
+        current_ingress = service.status.load_balancer.ingress
+        unchanged = (
+            previous is not None
+            and previous.fingerprint == fingerprint
+            and previous.ingress == current_ingress
+            and _has_finalizer(service)
+        )
+        if unchanged and not force:
+            assert previous is not None
+            if previous.nodes != node_set:
+                await self.update_hosts(key, service, nodes, node_set, previous)
+            self.node_pass_done(key)
+            return
+        await self.ensure(key, service, nodes, node_set, quiet=force and unchanged)
+        self.node_pass_done(key)
+
+    async def ensure(
+        self,
+        key: str,
+        service: Service,
+        nodes: Sequence[Node],
+        node_set: NodeSet,
+        *,
+        quiet: bool,
+    ) -> None:
+        """Upstream's ensure branch; `quiet` (a re-verification) skips the Normal Events
+        unless the status changes."""
+        ref = service_ref(service)
+        if not quiet:
+            self.ctx.events.normal(ref, REASON_ENSURING_LB, "Ensuring load balancer")
+        if not _has_finalizer(service):
+            await self.patch_status(
+                key, add_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
+            )
+            log.info("service.finalizer-added", service=key)
+        if not nodes:
+            self.ctx.events.warning(
+                ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
+            )
+        info = service_info(service)
+        try:
+            status = await self.lbs.ensure_load_balancer(
+                self.cluster, info, [node_info(n) for n in nodes]
+            )
+        except ImplementedElsewhere:
+            log.info("service.implemented-elsewhere", service=key)
+            self.synced[key] = _Synced(
+                service.metadata.uid,
+                _fingerprint(service),
+                node_set,
+                service.status.load_balancer.ingress,
+            )
+            return
+        if status is None:
+            raise CcmError("service status returned by EnsureLoadBalancer is nil")
+        ingress = _ingress(status)
+        changed = ingress != service.status.load_balancer.ingress
+        if changed or not quiet:
+            self.ctx.events.normal(ref, REASON_ENSURED_LB, "Ensured load balancer")
+        if changed:
+            await self.patch_status(key, set_load_balancer_status(_ingress_json(ingress)))
+            log.info(
+                "service.status-updated",
+                service=key,
+                ingress=[i.ip or i.hostname for i in ingress],
+            )
+        self.synced[key] = _Synced(service.metadata.uid, _fingerprint(service), node_set, ingress)
+        log.info("service.load-balancer-ensured", service=key, nodes=len(nodes), quiet=quiet)
+
+    async def update_hosts(
+        self,
+        key: str,
+        service: Service,
+        nodes: Sequence[Node],
+        node_set: NodeSet,
+        previous: _Synced,
+    ) -> None:
+        """Only the backends changed: `update_load_balancer`; recorded after success."""
+        ref = service_ref(service)
+        info = service_info(service)
+        self.metrics.sync_total.inc()
+        started = trio.current_time()
+        try:
+            await self.lbs.update_load_balancer(self.cluster, info, [node_info(n) for n in nodes])
+        except ImplementedElsewhere:
+            pass
+        except Exception as exc:
+            self.synced.pop(key, None)  # a retry is a full ensure
+            if await self.lbs.get_load_balancer(self.cluster, info) is not None:
+                self.ctx.events.warning(
+                    ref,
+                    REASON_UPDATE_LB_FAILED,
+                    f"Error updating load balancer with new hosts {_names(nodes)} [node names "
+                    f"limited, total number of nodes: {len(nodes)}], error: {exc}",
+                )
+                raise
+            missing = True
+        else:
+            missing = False
+        finally:
+            self.metrics.update_latency.observe(trio.current_time() - started)
+        if missing:
+            # Gone from the cloud (drift): build it again rather than report success.
+            log.warning("service.load-balancer-missing", service=key)
+            await self.ensure(key, service, nodes, node_set, quiet=False)
+            return
+        self.synced[key] = _Synced(previous.uid, previous.fingerprint, node_set, previous.ingress)
+        if nodes:
+            self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
+        else:
+            self.ctx.events.warning(
+                ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
+            )
+        log.info("service.hosts-updated", service=key, nodes=len(nodes))
+
+    async def clean_up(self, key: str, service: Service) -> None:
+        """Upstream's delete branch: the load balancer, then the finalizer, then the status."""
+        ref = service_ref(service)
+        info = service_info(service)
+        try:
+            exists = await self.lbs.get_load_balancer(self.cluster, info) is not None
+        except Exception as exc:
+            raise CcmError(
+                f"failed to check if load balancer exists before cleanup: {exc}"
+            ) from exc
+        if exists:
+            self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
+            try:
+                await self.lbs.ensure_load_balancer_deleted(self.cluster, info)
+            except ImplementedElsewhere:
+                pass
+            except Exception as exc:
+                raise CcmError(f"failed to delete load balancer: {exc}") from exc
+        self.synced.pop(key, None)
+        try:
+            if _has_finalizer(service):
+                await self.patch_status(
+                    key, remove_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
+                )
+            self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
+            if service.status.load_balancer.ingress:
+                await self.patch_status(key, set_load_balancer_status(()))
+        except NotFoundError:
+            pass  # gone with its last finalizer
+        self.cache.pop(key, None)
+        log.info("service.load-balancer-cleaned-up", service=key, existed=exists)
+
+    async def patch_status(self, key: str, patch: Patch) -> None:
+        if patch.empty:
+            return
+        namespace, name = key.split("/", 1)
+        written = await self.ctx.kube.patch(
+            SERVICES, name, patch, namespace=namespace, subresource="status"
+        )
+        number = resource_version_number(
+            str((written.get("metadata") or {}).get("resourceVersion", ""))
+        )
+        if number is not None:
+            self.written[key] = number
+
+
+async def run(ctx: ControllerContext) -> None:
+    """The controller: the router, the per-Service actors, the node watcher and the pacer."""
+    lbs = ctx.cloud.load_balancers
+    assert lbs is not None  # requires() said so
+    controller = _ServiceController(ctx, lbs)
+    mailbox = ctx.services.subscribe()
+    try:
+        actors = ctx.keyed(
+            controller.sync,
+            limiter=trio.CapacityLimiter(
+                max(ctx.settings.concurrent_service_syncs, MIN_CONCURRENCY)
+            ),
+            backoff=Backoff(SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S),
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(controller.route, mailbox)
+            nursery.start_soon(actors.serve, controller.inbox)
+            nursery.start_soon(controller.watch_nodes)
+            nursery.start_soon(controller.verify_forever)
+    finally:
+        ctx.services.unsubscribe(mailbox)

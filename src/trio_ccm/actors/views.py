@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trio_ccm.cloud.provider import NodeAddress, NodeInfo
+from trio_ccm.cloud.provider import NodeAddress, NodeInfo, ServiceInfo, ServicePort
 from trio_ccm.kube.events import ObjectRef
-from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import CONDITION_READY
 
@@ -50,3 +50,31 @@ def taints_json(node: Node) -> list[dict[str, JSONValue]]:
             body["timeAdded"] = taint.time_added
         taints.append(body)
     return taints
+
+
+def service_info(service: Service) -> ServiceInfo:
+    """What a provider is shown of a Service."""
+    meta, spec = service.metadata, service.spec
+    return ServiceInfo(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        labels=dict(meta.labels),
+        annotations=dict(meta.annotations),
+        ports=tuple(
+            ServicePort(p.name, p.protocol, p.port, p.node_port, p.app_protocol) for p in spec.ports
+        ),
+        external_traffic_policy=spec.external_traffic_policy or "Cluster",
+        health_check_node_port=spec.health_check_node_port,
+        load_balancer_class=spec.load_balancer_class,
+        load_balancer_ip=spec.load_balancer_ip,
+        load_balancer_source_ranges=tuple(spec.load_balancer_source_ranges),
+        session_affinity=spec.session_affinity or "None",
+        ip_families=tuple(spec.ip_families),
+    )
+
+
+def service_ref(service: Service) -> ObjectRef:
+    """An Event's involvedObject for a Service."""
+    meta = service.metadata
+    return ObjectRef(SERVICES.kind, meta.name, meta.namespace, meta.uid, SERVICES.api_version)

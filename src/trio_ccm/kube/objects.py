@@ -207,6 +207,8 @@ class ServiceSpec(_Base, frozen=True, gc=False):
     load_balancer_source_ranges: tuple[str, ...] = ()
     allocate_load_balancer_node_ports: bool | None = None
     session_affinity: str = ""
+    # {"clientIP": {"timeoutSeconds": N}}: compared, never interpreted.
+    session_affinity_config: dict[str, dict[str, int]] | None = None
     ip_families: tuple[str, ...] = ()
     ip_family_policy: str = ""
 
