@@ -433,6 +433,10 @@ async def test_load_balancer_lifecycle(cloud: SimCloud, client: httpx.AsyncClien
         "service": "default/web",
         "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}],
         "nodes": ["n1", "n2"],
+        "sourceRanges": ["0.0.0.0/0"],
+        "healthCheckNodePort": 0,
+        "sessionAffinity": "None",
+        "description": "",
         "status": "active",
         "ingress": [{"ip": "203.0.113.1", "hostname": ""}],
     }
@@ -481,6 +485,55 @@ async def test_load_balancer_addresses_and_hostnames() -> None:
             {"service": "a/b", "ports": [{"protocol": "TCP", "port": 80}] * 2},
             "appears twice",
             id="twice",
+        ),
+        pytest.param(
+            {
+                "service": "a/b",
+                "ports": [{"protocol": "TCP", "port": 53}, {"protocol": "UDP", "port": 53}],
+            },
+            "port 53 appears twice; a listener takes one protocol per port",
+            id="mixed-protocols-one-port",
+        ),
+        pytest.param(
+            {"service": "a/b", "ports": [{"protocol": "SCTP", "port": 80}]},
+            "protocol 'SCTP' is not one of TCP, UDP",
+            id="sctp",
+        ),
+        pytest.param(
+            {
+                "service": "a/b",
+                "ports": [{"protocol": "TCP", "port": 80}],
+                "description": "x" * 256,
+            },
+            "the description is 256 characters; at most 255 are allowed",
+            id="description",
+        ),
+        pytest.param(
+            {
+                "service": "a/b",
+                "ports": [{"protocol": "TCP", "port": 80}],
+                "sourceRanges": ["10.0.0.1/8"],
+            },
+            "source range '10.0.0.1/8': 10.0.0.1/8 has host bits set",
+            id="host-bits",
+        ),
+        pytest.param(
+            {
+                "service": "a/b",
+                "ports": [{"protocol": "TCP", "port": 80}],
+                "sourceRanges": ["fd00::/8"],
+            },
+            "source range fd00::/8 is IPv6; the load balancers are IPv4 only",
+            id="ipv6-range",
+        ),
+        pytest.param(
+            {
+                "service": "a/b",
+                "ports": [{"protocol": "TCP", "port": 80}],
+                "sourceRanges": [f"10.0.{i}.0/24" for i in range(21)],
+            },
+            "21 source ranges; at most 20 are allowed",
+            id="too-many-ranges",
         ),
         pytest.param({"service": "a/b", "ports": [], "color": "red"}, "unknown field", id="field"),
         pytest.param({"ports": []}, "missing required field", id="missing"),

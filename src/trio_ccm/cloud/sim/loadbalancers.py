@@ -12,8 +12,21 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
 from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
+from trio_ccm.kube.wellknown import ANNOTATION_LB_SOURCE_RANGES
 
 MAX_NAME_LENGTH = 32
+ANNOTATION_DESCRIPTION = "sim.trio-ccm.dev/load-balancer-description"
+"""A Service annotation the sim provider copies into its load balancer's description."""
+
+
+def source_ranges(service: ServiceInfo) -> list[str]:
+    """Upstream's GetLoadBalancerSourceRanges: the field, else the annotation, else all."""
+    if service.load_balancer_source_ranges:
+        return [r.strip() for r in service.load_balancer_source_ranges]
+    annotated = service.annotations.get(ANNOTATION_LB_SOURCE_RANGES, "").strip()
+    if annotated:
+        return [r.strip() for r in annotated.split(",")]
+    return ["0.0.0.0/0"]
 
 
 def default_load_balancer_name(service: ServiceInfo) -> str:
@@ -63,6 +76,12 @@ class SimLoadBalancers:
             ports=[PortSpec(p.name, p.protocol, p.port, p.node_port) for p in service.ports],
             nodes=[node.name for node in nodes],
             load_balancer_ip=service.load_balancer_ip,
+            source_ranges=source_ranges(service),
+            health_check_node_port=(
+                service.health_check_node_port if service.external_traffic_policy == "Local" else 0
+            ),
+            session_affinity=service.session_affinity,
+            description=service.annotations.get(ANNOTATION_DESCRIPTION, ""),
         )
         response = await self._client.request("PutLoadBalancer", target, "PUT", path, body=spec)
         assert response is not None

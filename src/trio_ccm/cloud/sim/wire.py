@@ -60,11 +60,15 @@ class PortSpec(msgspec.Struct, frozen=True, rename="camel"):
     node_port: int
 
 
-class LoadBalancerSpec(msgspec.Struct, frozen=True):
+class LoadBalancerSpec(msgspec.Struct, frozen=True, rename="camel"):
     service: str
     ports: list[PortSpec]
     nodes: list[str]
     load_balancer_ip: str = msgspec.field(default="", name="loadBalancerIP")
+    source_ranges: list[str] = msgspec.field(default_factory=list)
+    health_check_node_port: int = 0
+    session_affinity: str = "None"
+    description: str = ""
 
 
 class BackendsSpec(msgspec.Struct, frozen=True):

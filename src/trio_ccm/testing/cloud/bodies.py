@@ -23,6 +23,10 @@ class LoadBalancerBody(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
     ports: list[PortBody]
     nodes: list[str] = []
     load_balancer_ip: str = msgspec.field(default="", name="loadBalancerIP")
+    source_ranges: list[str] = []
+    health_check_node_port: int = 0
+    session_affinity: str = "None"
+    description: str = ""
 
 
 class BackendsBody(msgspec.Struct, forbid_unknown_fields=True):

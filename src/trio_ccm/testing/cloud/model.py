@@ -72,6 +72,10 @@ class LoadBalancer:
     hostname: str
     created_at: float
     ready_at: float
+    source_ranges: tuple[str, ...] = ()
+    health_check_node_port: int = 0
+    session_affinity: str = "None"
+    description: str = ""
 
     def to_json(self, now: float) -> dict[str, JSON]:
         provisioning = now < self.ready_at
@@ -84,6 +88,10 @@ class LoadBalancer:
             "service": self.service,
             "ports": [port.to_json() for port in self.ports],
             "nodes": list(self.nodes),
+            "sourceRanges": list(self.source_ranges),
+            "healthCheckNodePort": self.health_check_node_port,
+            "sessionAffinity": self.session_affinity,
+            "description": self.description,
             "status": "provisioning" if provisioning else "active",
             "ingress": ingress,
         }

@@ -41,7 +41,9 @@ JSON_TYPE = "application/json"
 REPLICA_HEADER = "x-sim-replica"
 INTERNAL_NETWORK = ipaddress.ip_network("10.0.0.0/8")
 INGRESS_NETWORK = ipaddress.ip_network("203.0.113.0/24")
-LB_PROTOCOLS = ("TCP", "UDP", "SCTP")
+LB_PROTOCOLS = ("TCP", "UDP")
+MAX_SOURCE_RANGES = 20
+MAX_DESCRIPTION = 255
 _FIRST_INTERNAL_OFFSET = 10  # 10.0.0.10 is the first address handed out
 
 
@@ -541,6 +543,12 @@ class SimCloud:
         if existing is not None and existing.cluster != cluster:
             raise conflict(f"{what} belongs to cluster {existing.cluster}, not {cluster}")
         ports = self._ports(body.ports, what)
+        ranges = self._source_ranges(body.source_ranges, what)
+        if len(body.description) > MAX_DESCRIPTION:
+            raise bad_request(
+                f"{what}: the description is {len(body.description)} characters; at most "
+                f"{MAX_DESCRIPTION} are allowed"
+            )
         if existing is None:
             ingress_ip = self._claim_ip(body.load_balancer_ip, name)
             created_at, ready_at = now, now + self.lb_provisioning_s
@@ -559,6 +567,10 @@ class SimCloud:
             hostname=f"{name}.{self.region}.lb.sim" if self.lb_hostnames else "",
             created_at=created_at,
             ready_at=ready_at,
+            source_ranges=ranges,
+            health_check_node_port=body.health_check_node_port,
+            session_affinity=body.session_affinity,
+            description=body.description,
         )
         self._load_balancers[name] = lb
         if now < ready_at:
@@ -569,7 +581,7 @@ class SimCloud:
     def _ports(ports: list[bodies.PortBody], what: str) -> tuple[LoadBalancerPort, ...]:
         if not ports:
             raise bad_request(f"{what}: a load balancer needs at least one port")
-        seen: set[tuple[int, str]] = set()
+        seen: set[int] = set()
         checked = []
         for port in ports:
             if port.protocol not in LB_PROTOCOLS:
@@ -578,10 +590,32 @@ class SimCloud:
                 )
             if not 1 <= port.port <= 65535 or not 0 <= port.node_port <= 65535:
                 raise bad_request(f"{what}: port {port.port}/{port.node_port} is out of range")
-            if (port.port, port.protocol) in seen:
-                raise bad_request(f"{what}: port {port.port}/{port.protocol} appears twice")
-            seen.add((port.port, port.protocol))
+            if port.port in seen:
+                raise bad_request(
+                    f"{what}: port {port.port} appears twice; a listener takes one protocol "
+                    "per port"
+                )
+            seen.add(port.port)
             checked.append(LoadBalancerPort(port.name, port.protocol, port.port, port.node_port))
+        return tuple(checked)
+
+    @staticmethod
+    def _source_ranges(ranges: list[str], what: str) -> tuple[str, ...]:
+        if len(ranges) > MAX_SOURCE_RANGES:
+            raise bad_request(
+                f"{what}: {len(ranges)} source ranges; at most {MAX_SOURCE_RANGES} are allowed"
+            )
+        checked = []
+        for value in ranges or ["0.0.0.0/0"]:
+            try:
+                network = ipaddress.ip_network(value)
+            except ValueError as exc:
+                raise bad_request(f"{what}: source range {value!r}: {exc}") from exc
+            if network.version != INGRESS_NETWORK.version:
+                raise bad_request(
+                    f"{what}: source range {value} is IPv6; the load balancers are IPv4 only"
+                )
+            checked.append(str(network))
         return tuple(checked)
 
     def _claim_ip(self, requested: str, name: str) -> str:
