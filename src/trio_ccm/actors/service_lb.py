@@ -53,6 +53,7 @@ Improvements:
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -574,10 +575,13 @@ class _ServiceController:
         info = service_info(service)
         self.metrics.sync_total.inc()
         started = trio.current_time()
+        missing = False
         try:
             await self.lbs.update_load_balancer(self.cluster, info, [node_info(n) for n in nodes])
         except ImplementedElsewhere:
-            pass
+            # A no-op for the provider, and no Event (upstream).
+            self.synced[key] = dataclasses.replace(previous, nodes=node_set)
+            return
         except Exception as exc:
             self.synced.pop(key, None)  # a retry is a full ensure
             if await self.lbs.get_load_balancer(self.cluster, info) is not None:
@@ -589,8 +593,6 @@ class _ServiceController:
                 )
                 raise
             missing = True
-        else:
-            missing = False
         finally:
             self.metrics.update_latency.observe(trio.current_time() - started)
         if missing:
@@ -598,7 +600,7 @@ class _ServiceController:
             log.warning("service.load-balancer-missing", service=key)
             await self.ensure(key, service, nodes, node_set, quiet=False)
             return
-        self.synced[key] = _Synced(previous.uid, previous.fingerprint, node_set, previous.ingress)
+        self.synced[key] = dataclasses.replace(previous, nodes=node_set)
         if nodes:
             self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
         else:

@@ -1,16 +1,34 @@
-"""service-lb-controller against the emulator and the simulated cloud (both in-process)."""
+"""service-lb-controller against the emulator and the simulated cloud (both in-process).
+
+One test per upstream rule (upstream-ccm.md §2.3), table-driven where the rule is a table,
+plus the improvements listed in the controller's docstring.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
+from prometheus_client import CollectorRegistry
 
 from tests.integration.controllers.conftest import World, open_world, running, settings
+from trio_ccm.cloud.provider import (
+    ImplementedElsewhere,
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    NodeInfo,
+    ServiceInfo,
+)
+from trio_ccm.settings import Settings
 
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 SERVICE_LB = settings(controllers=("service-lb-controller",))
+SERVICES = "/api/v1/namespaces/default/services"
 
 
 def lb_service(name: str, *, namespace: str = "default", **spec: Any) -> dict[str, Any]:
@@ -32,32 +50,543 @@ def lb_name(service: dict[str, Any]) -> str:
     return ("a" + service["metadata"]["uid"].replace("-", ""))[:32]
 
 
-def service(world: World, name: str, namespace: str = "default") -> dict[str, Any]:
-    found: dict[str, Any] = world.api.get("v1", "Service", name, namespace)
+def service(world: World, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = world.api.get("v1", "Service", name, "default")
     return found
 
 
-async def test_smoke(autojump_clock: trio.testing.MockClock) -> None:
+def backends(world: World, created: dict[str, Any]) -> tuple[str, ...] | None:
+    lb = world.cloud.load_balancer(lb_name(created))
+    return None if lb is None else lb.nodes
+
+
+async def reasons(world: World, name: str) -> list[str]:
+    return [
+        e["reason"]
+        for e in await world.events()
+        if e["involvedObject"]["kind"] == "Service" and e["involvedObject"]["name"] == name
+    ]
+
+
+def status_writes(world: World, name: str) -> int:
+    return world.transport.writes.count(("PATCH", f"{SERVICES}/{name}/status"))
+
+
+async def patch(world: World, name: str, body: dict[str, Any], *, kind: str = "merge") -> None:
+    response = await world.http.patch(
+        f"{SERVICES}/{name}",
+        json=body,
+        headers={"content-type": f"application/{kind}-patch+json"},
+    )
+    response.raise_for_status()
+
+
+async def delete(world: World, name: str) -> None:
+    response = await world.http.delete(f"{SERVICES}/{name}")
+    response.raise_for_status()
+
+
+# -- ensure ---------------------------------------------------------------------------------
+async def test_ensure_adds_the_finalizer_first_then_the_status(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Finalizer (through services/status) before the cloud call, one status write, the
+    upstream Events in order, and nothing more on the echoes."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(60)
+            svc = service(world, "web")
+            lb = world.cloud.load_balancer(lb_name(created))
+            assert lb is not None
+            assert svc["metadata"]["finalizers"] == [FINALIZER]
+            assert svc["status"]["loadBalancer"] == {"ingress": [{"ip": lb.ingress_ip}]}
+            assert lb.service == "default/web"
+            assert lb.nodes == ("node-a",)
+            assert [(p.port, p.protocol) for p in lb.ports] == [(80, "TCP")]
+            assert await reasons(world, "web") == ["EnsuringLoadBalancer", "EnsuredLoadBalancer"]
+            # Both writes went to the status subresource, and the echoes cost nothing.
+            writes = [w for w in world.transport.writes if "/services/" in w[1]]
+            assert writes == [("PATCH", f"{SERVICES}/web/status")] * 2
+            assert len(world.cloud.calls_by("PutLoadBalancer")) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "managed"),
+    [
+        pytest.param({}, True, id="load-balancer"),
+        pytest.param({"type": "ClusterIP"}, False, id="cluster-ip"),
+        pytest.param({"type": "NodePort"}, False, id="node-port"),
+        pytest.param({"loadBalancerClass": "example.com/other"}, False, id="other-class"),
+    ],
+)
+async def test_which_services(
+    autojump_clock: trio.testing.MockClock, spec: dict[str, Any], managed: bool
+) -> None:
+    """Only type LoadBalancer without a loadBalancerClass: the others see no cloud call."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.api.create(lb_service("web", **spec))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+        svc = service(world, "web")
+        assert (svc["metadata"].get("finalizers") == [FINALIZER]) is managed
+        assert bool(world.cloud.load_balancers()) is managed
+        lb_calls = [c for c in world.cloud.calls_by() if "LoadBalancer" in c.method]
+        assert bool(lb_calls) is managed
+
+
+@pytest.mark.parametrize(
+    ("labels", "taints", "deleting", "backend"),
+    [
+        pytest.param({}, [], False, True, id="plain"),
+        pytest.param({"node.kubernetes.io/exclude-from-external-load-balancers": ""}, [], False,
+                     False, id="exclude-label-empty"),
+        pytest.param({"node.kubernetes.io/exclude-from-external-load-balancers": "true"}, [],
+                     False, False, id="exclude-label-true"),
+        pytest.param({"node.kubernetes.io/exclude-from-external-load-balancers": "yes"}, [],
+                     False, False, id="exclude-label-unparsable"),
+        pytest.param({"node.kubernetes.io/exclude-from-external-load-balancers": "false"}, [],
+                     False, True, id="exclude-label-false"),
+        pytest.param({"node.kubernetes.io/exclude-from-external-load-balancers": "F"}, [],
+                     False, True, id="exclude-label-F"),
+        pytest.param({}, [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}],
+                     False, False, id="autoscaler-taint"),
+        pytest.param({}, [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+                     False, True, id="not-ready-taint-irrelevant"),
+        pytest.param({}, [], True, False, id="being-deleted"),
+    ],
+)  # fmt: skip
+async def test_node_predicates(
+    autojump_clock: trio.testing.MockClock,
+    labels: dict[str, str],
+    taints: list[dict[str, str]],
+    deleting: bool,
+    backend: bool,
+) -> None:
+    """The stable node set: not being deleted, not excluded by label, no autoscaler taint
+    (readiness is no predicate: node-b is NotReady and still a backend)."""
+    async with open_world() as world:
+        world.register("node-a", taints=taints, labels=labels)
+        world.register("node-b", taints=[], ready="False")
+        if deleting:
+            node = world.node("node-a")
+            node["metadata"]["finalizers"] = ["example.com/hold"]
+            (await world.http.put("/api/v1/nodes/node-a", json=node)).raise_for_status()
+            (await world.http.delete("/api/v1/nodes/node-a")).raise_for_status()
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+        assert backends(world, created) == (("node-a", "node-b") if backend else ("node-b",))
+
+
+async def test_no_nodes_warns_and_still_ensures(autojump_clock: trio.testing.MockClock) -> None:
+    async with open_world() as world:
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+        assert backends(world, created) == ()
+        events = [e for e in await world.events() if e["reason"] == "UnAvailableLoadBalancer"]
+        assert [(e["type"], e["message"]) for e in events] == [
+            ("Warning", "There are no available nodes for LoadBalancer")
+        ]
+        assert service(world, "web")["status"]["loadBalancer"]["ingress"]
+
+
+@pytest.mark.parametrize(
+    ("change", "ensures"),
+    [
+        pytest.param({"metadata": {"labels": {"team": "a"}}}, 1, id="label-no-trigger"),
+        pytest.param({"metadata": {"annotations": {"any": "x"}}}, 2, id="annotation"),
+        pytest.param({"spec": {"sessionAffinity": "ClientIP"}}, 2, id="session-affinity"),
+        pytest.param({"spec": {"externalTrafficPolicy": "Local"}}, 2, id="traffic-policy"),
+        pytest.param({"spec": {"loadBalancerSourceRanges": ["198.51.100.0/24"]}}, 2,
+                     id="source-ranges"),
+        pytest.param({"spec": {"internalTrafficPolicy": "Local"}}, 1, id="internal-policy-no"),
+        pytest.param({"spec": {"ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}},
+                     2, id="ports"),
+    ],
+)  # fmt: skip
+async def test_what_changes_re_ensure(
+    autojump_clock: trio.testing.MockClock, change: dict[str, Any], ensures: int
+) -> None:
+    """upstream's needsUpdate: labels and internalTrafficPolicy do not re-ensure, the rest
+    does; the status is written again only if the ingress changed (it did not)."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            await patch(world, "web", change)
+            await trio.sleep(30)
+        assert len(world.cloud.calls_by("PutLoadBalancer")) == ensures
+        assert status_writes(world, "web") == 2  # finalizer, first ingress
+        lb = world.cloud.load_balancer(lb_name(created))
+        assert lb is not None
+        if "sourceRanges" in str(change) or "loadBalancerSourceRanges" in str(change):
+            assert lb.source_ranges == ("198.51.100.0/24",)
+
+
+async def test_retry_after_waits_exactly_and_backoff_grows(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A provisioning load balancer (202 + Retry-After: RetryAfter) is asked again after
+    exactly that; a plain error backs off 5 s, 10 s, 20 s (jitter shortens by <= 10 %)."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.cloud.lb_provisioning_s = 7.0
+        world.api.create(lb_service("slow"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(60)
+        puts = [c.time for c in world.cloud.calls_by("PutLoadBalancer")]
+        assert len(puts) == 2
+        assert puts[1] - puts[0] == pytest.approx(7.0)
+        assert service(world, "slow")["status"]["loadBalancer"]["ingress"]
+
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.cloud.faults.error("PutLoadBalancer", status=500, count=3)
+        world.api.create(lb_service("flaky"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(120)
+        puts = [c.time for c in world.cloud.calls_by("PutLoadBalancer")]
+        gaps = [b - a for a, b in itertools.pairwise(puts)]
+        assert len(gaps) == 3
+        for gap, full in zip(gaps, (5.0, 10.0, 20.0), strict=True):
+            assert 0.9 * full <= gap <= full
+        assert service(world, "flaky")["status"]["loadBalancer"]["ingress"]
+        failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
+        assert failed[0]["message"].startswith("Error syncing load balancer: ")
+        assert failed[0]["count"] == 3 or len(failed) == 3
+
+
+class ProviderDouble:
+    """A provider as a third party might write one: the sim provider with the load
+    balancers replaced by `load_balancers`."""
+
+    def __init__(self, inner: Any, load_balancers: Any) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.instances = inner.instances
+        self.routes = inner.routes
+        self.load_balancers = load_balancers
+
+    async def initialize(self) -> None:
+        await self._inner.initialize()
+
+
+class ProxyModeLoadBalancers:
+    """Wraps the sim's load balancers: ingress in ipMode Proxy, or ImplementedElsewhere."""
+
+    def __init__(self, inner: Any, *, elsewhere: bool = False) -> None:
+        self.inner = inner
+        self.elsewhere = elsewhere
+        self.ensured = 0
+
+    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
+        name: str = self.inner.load_balancer_name(cluster, service)
+        return name
+
+    async def get_load_balancer(
+        self, cluster: str, service: ServiceInfo
+    ) -> LoadBalancerStatus | None:
+        status: LoadBalancerStatus | None = await self.inner.get_load_balancer(cluster, service)
+        return status
+
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        self.ensured += 1
+        if self.elsewhere:
+            raise ImplementedElsewhere("built by the example.com controller")
+        status: LoadBalancerStatus = await self.inner.ensure_load_balancer(cluster, service, nodes)
+        return LoadBalancerStatus(
+            tuple(dataclasses.replace(i, ip_mode="Proxy") for i in status.ingress)
+        )
+
+    async def update_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> None:
+        if self.elsewhere:
+            raise ImplementedElsewhere("built by the example.com controller")
+        await self.inner.update_load_balancer(cluster, service, nodes)
+
+    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
+        await self.inner.ensure_load_balancer_deleted(cluster, service)
+
+
+async def test_ip_mode_is_kept(autojump_clock: trio.testing.MockClock) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.api.create(lb_service("web"))
+        wrapped: list[ProxyModeLoadBalancers] = []
+
+        def wrap(provider: Any) -> ProviderDouble:
+            wrapped.append(ProxyModeLoadBalancers(provider.load_balancers))
+            return ProviderDouble(provider, wrapped[0])
+
+        async with running(world, SERVICE_LB, wrap=wrap):
+            await trio.sleep(30)
+        ingress = service(world, "web")["status"]["loadBalancer"]["ingress"]
+        assert [i["ipMode"] for i in ingress] == ["Proxy"]
+        assert status_writes(world, "web") == 2
+
+
+async def test_implemented_elsewhere_is_silent_success(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """No status, no Ensured Event, no retry; the finalizer is still ours, and deletion
+    still asks the provider (which must answer for its own load balancers only)."""
     async with open_world() as world:
         world.register("node-a", taints=[])
         world.register("node-b", taints=[])
-        created = world.api.create(lb_service("web"))
-        async with running(world, SERVICE_LB):
-            await trio.sleep(5)
+        world.api.create(lb_service("web"))
+        doubles: list[ProxyModeLoadBalancers] = []
+
+        def wrap(provider: Any) -> ProviderDouble:
+            doubles.append(ProxyModeLoadBalancers(provider.load_balancers, elsewhere=True))
+            return ProviderDouble(provider, doubles[0])
+
+        async with running(world, SERVICE_LB, wrap=wrap):
+            await trio.sleep(30)
+            world.register("node-c", taints=[])
+            await trio.sleep(30)
             svc = service(world, "web")
             assert svc["metadata"]["finalizers"] == [FINALIZER]
-            lb = world.cloud.load_balancer(lb_name(created))
-            assert lb is not None
-            assert lb.nodes == ("node-a", "node-b")
-            assert svc["status"]["loadBalancer"]["ingress"] == [{"ip": lb.ingress_ip}]
-            world.register("node-c", taints=[])
-            await trio.sleep(5)
-            lb = world.cloud.load_balancer(lb_name(created))
-            assert lb is not None
-            assert lb.nodes == ("node-a", "node-b", "node-c")
-            r = await world.http.delete("/api/v1/namespaces/default/services/web")
-            assert r.status_code == 200
-            await trio.sleep(5)
+            assert svc["status"]["loadBalancer"] == {}
+            assert await reasons(world, "web") == ["EnsuringLoadBalancer"], await world.events()
+            assert doubles[0].ensured == 1
+            await delete(world, "web")
+            await trio.sleep(30)
+            assert (await world.http.get(f"{SERVICES}/web")).status_code == 404
+
+
+# -- delete -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "how",
+    ["delete", "to-cluster-ip", "to-node-port"],
+)
+async def test_cleanup_deletes_the_load_balancer_then_the_finalizer(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            assert len(world.cloud.load_balancers()) == 1
+            if how == "delete":
+                await delete(world, "web")
+            elif how == "to-cluster-ip":
+                await patch(world, "web", {"spec": {"type": "ClusterIP"}})
+            else:
+                await patch(world, "web", {"spec": {"type": "NodePort"}})
+            await trio.sleep(30)
             assert world.cloud.load_balancers() == []
-            print([(e["reason"], e["message"]) for e in await world.events()])
-            print(world.transport.writes)
+            response = await world.http.get(f"{SERVICES}/web")
+            if how == "delete":
+                assert response.status_code == 404
+            else:
+                svc = response.json()
+                assert svc["metadata"].get("finalizers") is None
+                assert svc["status"]["loadBalancer"] == {}
+            assert (await reasons(world, "web"))[-2:] == [
+                "DeletingLoadBalancer",
+                "DeletedLoadBalancer",
+            ]
+
+
+async def test_failed_delete_keeps_the_finalizer_and_retries(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            world.cloud.faults.error("DeleteLoadBalancer", status=500, count=2)
+            await delete(world, "web")
+            await trio.sleep(2)
+            svc = service(world, "web")
+            assert svc["metadata"]["deletionTimestamp"]
+            assert svc["metadata"]["finalizers"] == [FINALIZER]
+            assert len(world.cloud.load_balancers()) == 1
+            await trio.sleep(60)
+            assert world.cloud.load_balancers() == []
+            assert (await world.http.get(f"{SERVICES}/web")).status_code == 404
+        failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
+        assert "failed to delete load balancer" in failed[0]["message"]
+
+
+async def test_recreated_service_gets_its_old_load_balancer_deleted_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Finalizer removed by hand, deleted and created again under the same name before the
+    controller saw the deletion: the old UID's load balancer goes, the new one comes."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        old = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            old_lb = world.cloud.load_balancer(lb_name(old))
+            assert old_lb is not None
+            await patch(world, "web", {"metadata": {"finalizers": None}})
+            await delete(world, "web")
+            new = world.api.create(lb_service("web"))
+            await trio.sleep(30)
+            assert [lb.name for lb in world.cloud.load_balancers()] == [lb_name(new)]
+            assert old_lb.name != lb_name(new)
+
+
+# -- node-set changes ---------------------------------------------------------------------
+async def test_node_set_change_is_coalesced_and_pushed_to_every_load_balancer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten Nodes arriving together: one backends update per load balancer, all at once,
+    an UpdatedLoadBalancer Event each; readiness changes push nothing."""
+    async with open_world() as world:
+        world.register("node-0", taints=[])
+        created = [world.api.create(lb_service(f"web-{i}")) for i in range(5)]
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            assert world.cloud.calls_by("SetLoadBalancerBackends") == []
+            started = trio.current_time()
+            for i in range(1, 11):
+                world.register(f"node-{i}", taints=[])
+            await trio.sleep(30)
+            updates = world.cloud.calls_by("SetLoadBalancerBackends")
+            assert len(updates) == 5
+            # The 1 s coalescing window, then all five at once (the budget's burst is 10).
+            assert {round(c.time - started, 6) for c in updates} == {1.0}
+            wanted = tuple(sorted(f"node-{i}" for i in range(11)))
+            assert all(backends(world, svc) == wanted for svc in created)
+            await world.set_ready("node-3", "False")
+            await trio.sleep(30)
+            assert len(world.cloud.calls_by("SetLoadBalancerBackends")) == 5
+        updated = [e for e in await world.events() if e["reason"] == "UpdatedLoadBalancer"]
+        assert len(updated) == 5
+
+
+async def test_failed_backend_update_is_recorded_only_after_success(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A failed update: Warning UpdateLoadBalancerFailed naming the Nodes, then a full
+    ensure on retry, which brings the backends in."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            world.cloud.faults.error("SetLoadBalancerBackends", status=500, count=1)
+            world.register("node-b", taints=[])
+            await trio.sleep(30)
+            assert backends(world, created) == ("node-a", "node-b")
+        failed = [e for e in await world.events() if e["reason"] == "UpdateLoadBalancerFailed"]
+        assert len(failed) == 1
+        assert failed[0]["message"].startswith(
+            "Error updating load balancer with new hosts [node-a node-b] [node names limited, "
+            "total number of nodes: 2], error: "
+        )
+        assert len(world.cloud.calls_by("PutLoadBalancer")) == 2
+
+
+# -- restarts and drift -------------------------------------------------------------------
+def _budget(qps: float, burst: int) -> Settings:
+    return settings(
+        controllers=("service-lb-controller",), cloud_rates=(("load_balancers", qps, burst),)
+    )
+
+
+async def test_restart_reverifies_gently_and_new_services_go_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """After a restart, the 20 provisioned load balancers are re-ensured at half the budget
+    (0.4 s apart at 5/s), while a Service created meanwhile is served at once."""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        for i in range(20):
+            world.api.create(lb_service(f"web-{i:02}"))
+        async with running(world, _budget(5.0, 10)):
+            await trio.sleep(60)
+        world.cloud.clear_calls()
+        world.registry = CollectorRegistry()  # a new process
+        restarted = trio.current_time()
+        world.api.create(lb_service("new"))
+        async with running(world, _budget(5.0, 10)):
+            await trio.sleep(60)
+        puts = world.cloud.calls_by("PutLoadBalancer")
+        assert len(puts) == 21
+        new_name = lb_name(service(world, "new"))
+        (new_put,) = [c for c in puts if c.target.endswith(new_name)]
+        assert new_put.time - restarted < 0.1
+        again = [c.time for c in puts if not c.target.endswith(new_name)]
+        gaps = [b - a for a, b in itertools.pairwise(again)]
+        assert min(gaps) == pytest.approx(0.4)
+        assert again[-1] - again[0] == pytest.approx(19 * 0.4)
+        # Re-verification of unchanged load balancers writes nothing and says nothing.
+        assert all(status_writes(world, f"web-{i:02}") == 2 for i in range(20))
+        assert (await reasons(world, "web-00")).count("EnsuredLoadBalancer") == 2
+
+
+async def test_drift_check_rebuilds_a_load_balancer_deleted_behind_our_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            world.cloud.remove_load_balancer(lb_name(created))
+            await trio.sleep(1800)
+            assert backends(world, created) == ("node-a",)
+            svc = service(world, "web")
+            lb = world.cloud.load_balancer(lb_name(created))
+            assert lb is not None
+            assert svc["status"]["loadBalancer"]["ingress"] == [{"ip": lb.ingress_ip}]
+
+
+async def test_backends_update_of_a_vanished_load_balancer_rebuilds_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            world.cloud.remove_load_balancer(lb_name(created))
+            world.register("node-b", taints=[])
+            await trio.sleep(30)
+            assert backends(world, created) == ("node-a", "node-b")
+
+
+async def test_other_services_are_not_held_up_by_a_failing_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.api.create(lb_service("bad", ports=[{"port": 132, "protocol": "SCTP"}]))
+        good = world.api.create(lb_service("good"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(1)
+            assert backends(world, good) == ("node-a",)
+            assert service(world, "good")["status"]["loadBalancer"]["ingress"]
+        failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
+        assert {e["involvedObject"]["name"] for e in failed} == {"bad"}
+        assert "protocol 'SCTP' is not one of TCP, UDP" in failed[0]["message"]
+
+
+async def test_provider_status_shape(autojump_clock: trio.testing.MockClock) -> None:
+    """Hostnames and ports of the provider's answer reach the status as given."""
+    assert LoadBalancerIngress(hostname="lb.example").ip == ""
+    async with open_world() as world:
+        world.register("node-a", taints=[])
+        world.cloud.lb_hostnames = True
+        created = world.api.create(lb_service("web"))
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+        lb = world.cloud.load_balancer(lb_name(created))
+        assert lb is not None
+        assert service(world, "web")["status"]["loadBalancer"]["ingress"] == [
+            {"ip": lb.ingress_ip, "hostname": lb.hostname}
+        ]

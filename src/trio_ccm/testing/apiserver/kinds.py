@@ -8,6 +8,7 @@ cluster IPs and node ports).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -152,6 +153,32 @@ _TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
 _ADDRESS_TYPES = ("ExternalDNS", "ExternalIP", "Hostname", "InternalDNS", "InternalIP")
 
 
+def _pod_cidr_errors(cidrs: list[Any]) -> list[FieldError]:
+    """ValidateNode's podCIDRs rules, in its order: each a CIDR; more than one only for
+    dual stack (one IPv4, one IPv6); no duplicates."""
+    errs: list[FieldError] = []
+    for i, cidr in enumerate(cidrs):
+        errs += _messages(f"spec.podCIDRs[{i}]", cidr, fe.is_valid_cidr(str(cidr)))
+    if len(cidrs) <= 1:
+        return errs
+    versions: set[int] = set()
+    for cidr in cidrs:
+        with contextlib.suppress(ValueError):
+            versions.add(ipaddress.ip_network(str(cidr), strict=False).version)
+    if len(cidrs) > 2 or versions != {4, 6}:
+        errs.append(
+            fe.invalid(
+                "spec.podCIDRs", cidrs, "may specify no more than one CIDR for each IP family"
+            )
+        )
+    seen: set[str] = set()
+    for i, cidr in enumerate(cidrs):
+        if str(cidr) in seen:
+            errs.append(fe.duplicate(f"spec.podCIDRs[{i}]", cidr))
+        seen.add(str(cidr))
+    return errs
+
+
 class NodeStrategy(Strategy):
     status_subresource = True
     extra_field_labels = ("spec.unschedulable",)
@@ -172,10 +199,14 @@ class NodeStrategy(Strategy):
         for name in ("taints", "podCIDRs"):
             if spec.get(name) == []:
                 del spec[name]
-        if spec.get("podCIDR") and not spec.get("podCIDRs"):
-            spec["podCIDRs"] = [spec["podCIDR"]]
-        elif spec.get("podCIDRs") and not spec.get("podCIDR"):
-            spec["podCIDR"] = spec["podCIDRs"][0]
+        pod_cidr, pod_cidrs = spec.get("podCIDR"), spec.get("podCIDRs")
+        if pod_cidr and not pod_cidrs:
+            spec["podCIDRs"] = [pod_cidr]
+        elif pod_cidrs and isinstance(pod_cidrs, list) and not pod_cidr:
+            spec["podCIDR"] = pod_cidrs[0]
+        elif pod_cidr and isinstance(pod_cidrs, list) and pod_cidrs[0] != pod_cidr:
+            # v1 -> internal conversion: when both are given and differ, podCIDR wins.
+            spec["podCIDRs"] = [pod_cidr]
 
     def validate(self, obj: Obj) -> list[FieldError]:
         errs: list[FieldError] = []
@@ -206,15 +237,7 @@ class NodeStrategy(Strategy):
             if (key, effect) in seen:
                 errs.append(fe.duplicate(f"{path}", f"{key}:{effect}"))
             seen.add((key, effect))
-        cidrs = spec.get("podCIDRs") or []
-        if len(cidrs) > 2:
-            errs.append(
-                fe.invalid(
-                    "spec.podCIDRs", cidrs, "may specify no more than one CIDR for each IP family"
-                )
-            )
-        for i, cidr in enumerate(cidrs):
-            errs += _messages(f"spec.podCIDRs[{i}]", cidr, fe.is_valid_cidr(str(cidr)))
+        errs += _pod_cidr_errors(spec.get("podCIDRs") or [])
         for i, addr in enumerate(_get(obj, "status", "addresses") or []):
             kind = addr.get("type", "") if isinstance(addr, dict) else ""
             if kind not in _ADDRESS_TYPES:
@@ -441,6 +464,19 @@ class ServiceStrategy(Strategy):
                     port.pop("nodePort", None)
         if not _needs_health_check_port(spec):
             spec.pop("healthCheckNodePort", None)
+        # Upstream's dropTypeDependentFields: a type change clears the fields the new type
+        # may not have, unless the client changed them in the same update.
+        external = ("NodePort", "LoadBalancer")
+        if (
+            old_spec.get("type") in external
+            and spec.get("type") not in external
+            and spec.get("externalTrafficPolicy") == old_spec.get("externalTrafficPolicy")
+        ):
+            spec.pop("externalTrafficPolicy", None)
+        if old_spec.get("type") == "LoadBalancer" and spec.get("type") != "LoadBalancer":
+            for field in ("allocateLoadBalancerNodePorts", "loadBalancerClass"):
+                if spec.get(field) == old_spec.get(field):
+                    spec.pop(field, None)
 
     def validate(self, obj: Obj) -> list[FieldError]:
         errs: list[FieldError] = []

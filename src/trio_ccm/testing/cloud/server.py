@@ -335,6 +335,10 @@ class SimCloud:
     def load_balancer(self, name: str) -> LoadBalancer | None:
         return self._load_balancers.get(name)
 
+    def remove_load_balancer(self, name: str) -> None:
+        """Delete a load balancer behind the provider's back (drift, an operator's mistake)."""
+        self._load_balancers.pop(name, None)
+
     def routes(self, cluster: str | None = None) -> list[CloudRoute]:
         """The routes (of `cluster`, or all), with `blackhole` as of now."""
         self._purge(_trio_now())
