@@ -1,13 +1,87 @@
-"""Placeholder: being written (issue 6)."""
+"""node-route-controller: a cloud route for every pod CIDR of every Node, and the Node
+condition `NetworkUnavailable` that says whether its routes exist.
+
+Upstream (`controllers/route/route_controller.go`) kept: one pass = `ListRoutes(cluster)`
+once, compared with the cached Nodes. Every pod CIDR of a Node (dual stack: each of them)
+wants a route to that Node: present → keep; absent → create it (`CreateRoute`, name hint =
+the Node's UID, with the Node's addresses); present but pointing at old addresses (only
+when the provider sets `enable_node_addresses`; compared order-insensitively) → delete it
+and create it again. Only routes whose CIDR lies inside a `--cluster-cidr` (its first or
+last address; unparsable CIDRs ignored) are ever deleted, and of those the blackholes and
+the ones no Node wants (unknown Node, CIDR no longer on the Node, addresses changed).
+Deletes and creates run concurrently under one limit of 200 cloud operations; a failed
+delete is only logged, a failed create records the Warning Event `FailedToCreateRoute` on
+the Node ("Could not create route <hint> <cidr> for node <node> after <elapsed>: <error>").
+Then every Node that has routes or pod CIDRs gets `NetworkUnavailable`: False /
+`RouteCreated` when all its routes exist, else True / `NoRouteCreated` (also for a Node with
+routes but no pod CIDRs), written only when the status or reason changes, by a strategic
+merge patch of `nodes/status`. Only a failed `ListRoutes` fails a pass. Metric
+`route_controller_route_sync_total` counts passes.
+
+Improvements:
+- **Passes follow Node changes** as well as the period (upstream polls every 10 s, so a new
+  Node waits up to 10 s for its route). The policy:
+  - a pass runs at start, and then `--route-reconciliation-period` after the start of the
+    previous pass (non-sliding, as upstream; a pass that took longer is followed at once);
+  - a relevant Node change (Node added or deleted, `spec.podCIDRs` or `status.addresses`
+    changed; heartbeats and other status writes are not) makes the next pass due at once,
+    but never sooner than 1 s after the start of the previous pass;
+  - passes never overlap: changes seen during a pass cause exactly one more pass after it.
+  So a wave of 5,000 Node changes costs about one pass per second while it lasts (and one
+  per pass duration when passes are slower), not 5,000.
+- **A create waits only for the deletes it could collide with** (for every provider, not
+  just address-aware ones): those of routes to the same destination or to the same Node.
+  So a changed route is deleted before it is re-created and a CIDR that moved to another
+  Node is freed before it is claimed, while unrelated creates do not wait for a slow
+  delete (upstream waits for all deletes, and only for address-aware providers).
+- **A blackhole route a Node still wants is replaced in the same pass** (deleted, then
+  created), and the condition then says whether that worked; upstream deletes it, reports
+  the Node's network as available, and re-creates the route only in the next pass.
+- **CIDRs are compared as networks** (`fd00::0/64` is `fd00::/64`), not as strings.
+- The condition write reads the newest cached Node (not the pass's snapshot), and a Node
+  deleted meanwhile is skipped.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import ipaddress
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, NoReturn
+
+import prometheus_client
+import structlog
+import trio
+
 from trio_ccm.actors.context import ControllerContext
-from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.actors.views import node_addresses, node_ref
+from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
-from trio_ccm.settings import Settings
+from trio_ccm.kube.client import KubeError, NotFoundError
+from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.patches import set_condition
+from trio_ccm.kube.wellknown import (
+    CONDITION_NETWORK_UNAVAILABLE,
+    NO_ROUTE_CREATED,
+    REASON_FAILED_TO_CREATE_ROUTE,
+    ROUTE_CREATED,
+)
+from trio_ccm.mailbox import Mailbox
+from trio_ccm.settings import Settings, cidrs_of
 
 __all__ = ["requires", "run"]
+
+log = structlog.get_logger("trio_ccm.actors.node_route")
+
+MAX_CONCURRENT_ROUTE_OPERATIONS: Final = 200
+"""Cloud route operations in flight at once (upstream's maxConcurrentRouteOperations)."""
+MIN_PASS_SPACING_S: Final = 1.0
+"""A pass triggered by a Node change starts at least this long after the previous start."""
+
+Action = Literal["keep", "add", "update"]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def requires(cloud: CloudProvider, settings: Settings) -> str | None:
@@ -26,5 +100,345 @@ def requires(cloud: CloudProvider, settings: Settings) -> str | None:
     return None
 
 
-async def run(ctx: ControllerContext) -> None:  # pragma: no cover - never started
-    raise AssertionError(f"{ctx.name}: not built yet")
+# -- planning (pure) ----------------------------------------------------------------------
+def _network(cidr: str) -> Network | None:
+    try:
+        return ipaddress.ip_network(cidr.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+def _cidr_key(cidr: str) -> str:
+    """A CIDR in canonical form, so equal networks compare equal (unparsable: as given)."""
+    network = _network(cidr)
+    return cidr if network is None else str(network)
+
+
+def _pod_cidrs(node: Node) -> tuple[str, ...]:
+    spec = node.spec
+    return spec.pod_cidrs or ((spec.pod_cidr,) if spec.pod_cidr else ())
+
+
+def _same_addresses(a: Iterable[NodeAddress], b: Iterable[NodeAddress]) -> bool:
+    return Counter(a) == Counter(b)
+
+
+def responsible(route: Route, clusters: Sequence[Network]) -> bool:
+    """Whether the route is ours to delete: its first or last address is in a cluster CIDR."""
+    network = _network(route.destination_cidr)
+    if network is None:
+        log.debug("route.ignored", route=route.name, cidr=route.destination_cidr)
+        return False
+    return any(
+        network.version == cluster.version
+        and (network.network_address in cluster or network.broadcast_address in cluster)
+        for cluster in clusters
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Create:
+    node: Node
+    cidr_key: str
+    route: Route
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one pass does: routes to delete and to create, and per Node the action of each
+    of its pod CIDRs (canonical form). A Node with routes but no pod CIDRs maps to {}."""
+
+    deletes: list[Route] = field(default_factory=list)
+    creates: list[_Create] = field(default_factory=list)
+    actions: dict[str, dict[str, Action]] = field(default_factory=dict)
+    failed: int = 0
+    """Creates that failed (counted while the pass runs)."""
+
+    def unavailable(self, node: str) -> bool | None:
+        """The Node's NetworkUnavailable as planned or achieved; None: no condition."""
+        actions = self.actions.get(node)
+        if actions is None:
+            return None
+        return not actions or any(action != "keep" for action in actions.values())
+
+
+def plan(
+    nodes: Sequence[Node],
+    routes: Sequence[Route],
+    clusters: Sequence[Network],
+    *,
+    address_aware: bool,
+) -> Plan:
+    """Compare the listed routes with the Nodes; see the module docstring."""
+    result = Plan()
+    by_node: dict[str, list[Route]] = {}
+    for route in routes:
+        if route.target_node:
+            by_node.setdefault(route.target_node, []).append(route)
+            result.actions.setdefault(route.target_node, {})
+    for node in nodes:
+        name = node.metadata.name
+        cidrs = _pod_cidrs(node)
+        if not cidrs:
+            continue
+        addresses = node_addresses(node)
+        actions = result.actions.setdefault(name, {})
+        for cidr in cidrs:
+            key = _cidr_key(cidr)
+            existing = [
+                r
+                for r in by_node.get(name, ())
+                if not r.blackhole and _cidr_key(r.destination_cidr) == key
+            ]
+            action: Action = "add"
+            if existing:
+                current = not address_aware or any(
+                    _same_addresses(r.target_node_addresses, addresses) for r in existing
+                )
+                action = "keep" if current else "update"
+            actions[key] = action
+            if action != "keep":
+                result.creates.append(
+                    _Create(
+                        node,
+                        key,
+                        Route(
+                            target_node=name,
+                            destination_cidr=cidr,
+                            target_node_addresses=addresses,
+                        ),
+                    )
+                )
+    for route in routes:
+        if not responsible(route, clusters):
+            continue
+        wanted = result.actions.get(route.target_node, {}).get(_cidr_key(route.destination_cidr))
+        if route.blackhole or wanted != "keep":
+            result.deletes.append(route)
+    return result
+
+
+def go_duration(seconds: float) -> str:
+    """`seconds` as Go prints a time.Duration (`1.5s`, `250ms`, `2m3s`), for upstream's
+    Event message."""
+    ns = round(seconds * 1_000_000_000)
+    if ns == 0:
+        return "0s"
+    sign, ns = ("-" if ns < 0 else ""), abs(ns)
+    for limit, unit, suffix in ((1_000, 1, "ns"), (1_000_000, 1_000, "µs"), (10**9, 10**6, "ms")):
+        if ns < limit:
+            return f"{sign}{_decimal(ns, unit)}{suffix}"
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    text = sign + (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "")
+    return f"{text}{_decimal(rest, 10**9)}s"
+
+
+def _decimal(count: int, unit: int) -> str:
+    whole, part = divmod(count, unit)
+    if not part:
+        return str(whole)
+    return f"{whole}.{part:0{len(str(unit)) - 1}d}".rstrip("0")
+
+
+def _timestamp(ctx: ControllerContext) -> str:
+    return ctx.now().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the controller -----------------------------------------------------------------------
+_Relevant = tuple[tuple[str, ...], tuple[NodeAddress, ...]]
+
+
+def _relevant(node: Node) -> _Relevant:
+    """What of a Node can change its routes (a change of anything else triggers nothing)."""
+    return _pod_cidrs(node), node_addresses(node)
+
+
+class _RouteController:
+    def __init__(self, ctx: ControllerContext, routes: Routes) -> None:
+        self.ctx = ctx
+        self.routes = routes
+        self.cluster = ctx.settings.cluster_name
+        self.clusters: list[Network] = cidrs_of(ctx.settings.cluster_cidr)
+        self.syncs = ctx.once(
+            "route_sync",
+            lambda: prometheus_client.Counter(
+                "route_controller_route_sync",
+                "A metric counting the amount of times routes have been synced with cloud "
+                "provider.",
+                registry=ctx.registry,
+            ),
+        )
+        # One limit for every cloud route operation of a pass (passes never overlap).
+        self.limiter = trio.CapacityLimiter(MAX_CONCURRENT_ROUTE_OPERATIONS)
+        self.seen: dict[str, _Relevant] = {}
+        self.changed = trio.Event()
+
+    # -- triggers ---------------------------------------------------------------------
+    async def serve(self) -> NoReturn:
+        mailbox = self.ctx.nodes.subscribe()
+        # The mailbox starts with every cached Node: seeded from the same cache, so they
+        # are not taken for changes (the first pass covers them).
+        self.seen = {node.metadata.name: _relevant(node) for node in self.ctx.nodes.items()}
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.watch, mailbox)
+                await self.pass_forever()
+        finally:
+            self.ctx.nodes.unsubscribe(mailbox)
+
+    async def watch(self, mailbox: Mailbox[str, Node | None]) -> None:
+        async for name, node in mailbox:
+            now = None if node is None else _relevant(node)
+            if self.seen.get(name) == now:
+                continue
+            if now is None:
+                del self.seen[name]
+            else:
+                self.seen[name] = now
+            log.debug("route.node-changed", node=name, deleted=now is None)
+            self.changed.set()
+
+    async def pass_forever(self) -> NoReturn:
+        period = self.ctx.settings.route_reconciliation_period_s
+        while True:
+            started = trio.current_time()
+            self.changed = trio.Event()  # changes from here on ask for the next pass
+            await self.reconcile()
+            with trio.move_on_at(started + period):
+                await self.changed.wait()
+                await trio.sleep_until(started + MIN_PASS_SPACING_S)
+
+    # -- one pass ---------------------------------------------------------------------
+    async def reconcile(self) -> None:
+        self.syncs.inc()
+        started = trio.current_time()
+        try:
+            listed = await self.routes.list_routes(self.cluster)
+        except Exception as exc:  # the provider's error: the next pass tries again
+            log.warning("route.list-failed", cluster=self.cluster, error=str(exc))
+            return
+        nodes = self.ctx.nodes.items()
+        todo = plan(nodes, listed, self.clusters, address_aware=self.routes.enable_node_addresses)
+        async with trio.open_nursery() as nursery:
+            # A create waits for the deletes of routes to its destination or to its Node.
+            deleting: dict[tuple[str, str], list[trio.Event]] = {}
+            for route in todo.deletes:
+                done = trio.Event()
+                deleting.setdefault(("cidr", _cidr_key(route.destination_cidr)), []).append(done)
+                deleting.setdefault(("node", route.target_node), []).append(done)
+                nursery.start_soon(self.delete, route, done)
+            for create in todo.creates:
+                waits = [
+                    *deleting.get(("cidr", create.cidr_key), ()),
+                    *deleting.get(("node", create.route.target_node), ()),
+                ]
+                nursery.start_soon(self.create, create, waits, todo)
+        async with trio.open_nursery() as nursery:
+            for node in nodes:
+                unavailable = todo.unavailable(node.metadata.name)
+                if unavailable is not None:
+                    nursery.start_soon(self.set_condition, node.metadata.name, unavailable)
+        took_s = trio.current_time() - started
+        if todo.deletes or todo.creates:
+            log.info(
+                "route.reconciled",
+                routes=len(listed),
+                deleted=len(todo.deletes),
+                created=len(todo.creates) - todo.failed,
+                failed=todo.failed,
+                took_s=took_s,
+            )
+        else:
+            log.debug("route.reconciled", routes=len(listed), took_s=took_s)
+
+    async def delete(self, route: Route, done: trio.Event) -> None:
+        started = trio.current_time()
+        try:
+            async with self.limiter:
+                await self.routes.delete_route(self.cluster, route)
+        except Exception as exc:  # only logged, as upstream: the next pass tries again
+            log.warning(
+                "route.delete-failed",
+                route=route.name,
+                node=route.target_node,
+                cidr=route.destination_cidr,
+                error=str(exc),
+            )
+        else:
+            log.info(
+                "route.deleted",
+                route=route.name,
+                node=route.target_node,
+                cidr=route.destination_cidr,
+                blackhole=route.blackhole,
+                took_s=trio.current_time() - started,
+            )
+        finally:
+            done.set()
+
+    async def create(self, create: _Create, waits: Sequence[trio.Event], todo: Plan) -> None:
+        for done in waits:  # the old route to this destination goes first
+            await done.wait()
+        node, route = create.node, create.route
+        name, hint = node.metadata.name, node.metadata.uid
+        started = trio.current_time()
+        try:
+            async with self.limiter:
+                await self.routes.create_route(self.cluster, hint, route)
+        except Exception as exc:  # an Event and NetworkUnavailable=True; next pass retries
+            todo.failed += 1
+            elapsed = go_duration(trio.current_time() - started)
+            message = (
+                f"Could not create route {hint} {route.destination_cidr} for node {name} "
+                f"after {elapsed}: {exc}"
+            )
+            self.ctx.events.warning(node_ref(node), REASON_FAILED_TO_CREATE_ROUTE, message)
+            log.warning(
+                "route.create-failed", node=name, cidr=route.destination_cidr, error=str(exc)
+            )
+            return
+        todo.actions[name][create.cidr_key] = "keep"
+        log.info(
+            "route.created",
+            node=name,
+            cidr=route.destination_cidr,
+            took_s=trio.current_time() - started,
+        )
+
+    async def set_condition(self, name: str, unavailable: bool) -> None:
+        node = self.ctx.nodes.get(name)
+        if node is None:  # deleted meanwhile
+            return
+        status = "True" if unavailable else "False"
+        reason, message = NO_ROUTE_CREATED if unavailable else ROUTE_CREATED
+        current = node.status.condition(CONDITION_NETWORK_UNAVAILABLE)
+        if current is not None and (current.status, current.reason) == (status, reason):
+            return
+        now = _timestamp(self.ctx)
+        patch = set_condition(
+            {
+                "type": CONDITION_NETWORK_UNAVAILABLE,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+                "lastHeartbeatTime": now,
+            }
+        )
+        try:
+            async with self.limiter:
+                await self.ctx.kube.patch(NODES, name, patch, subresource="status")
+        except NotFoundError:
+            return
+        except KubeError as exc:  # the next pass writes it again
+            log.warning("node.network-condition-failed", node=name, error=str(exc))
+            return
+        log.info("node.network-condition-set", node=name, status=status, reason=reason)
+
+
+async def run(ctx: ControllerContext) -> None:
+    """The controller: a pass at start, every period, and soon after relevant Node changes."""
+    routes = ctx.cloud.routes
+    assert routes is not None  # requires() said so
+    await _RouteController(ctx, routes).serve()

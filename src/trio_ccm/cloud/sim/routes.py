@@ -10,7 +10,7 @@ from trio_ccm.cloud.sim.wire import RouteListWire, RouteSpec
 
 
 class SimRoutes:
-    """Routes over the simulated cloud; a route's name is `<cluster>-<name hint>`."""
+    """Routes over the simulated cloud; a route's name is `<cluster>-<name hint>[-v6]`."""
 
     enable_node_addresses = False
 
@@ -34,9 +34,11 @@ class SimRoutes:
         )
 
     async def create_route(self, cluster: str, name_hint: str, route: Route) -> None:
-        """Create the route (an identical one existing already is success)."""
+        """Create the route (an identical one existing already is success). Its name is
+        `<cluster>-<hint>`, plus `-v6` for an IPv6 destination (a dual-stack Node has two)."""
+        family = "-v6" if ":" in route.destination_cidr else ""
         spec = RouteSpec(
-            name=f"{cluster}-{name_hint or route.target_node}",
+            name=f"{cluster}-{name_hint or route.target_node}{family}",
             target_node=route.target_node,
             destination_cidr=route.destination_cidr,
         )
