@@ -569,6 +569,12 @@ def _demo_parser() -> argparse.ArgumentParser:
         "--nodes", type=_count, default=50, help="instances (and Nodes) at start (default 50)"
     )
     parser.add_argument(
+        "--services",
+        type=_count,
+        default=3,
+        help="Services of type LoadBalancer created once the CCM runs (default 3)",
+    )
+    parser.add_argument(
         "--kubeconfig-out",
         metavar="PATH",
         default="trio-ccm-demo.kubeconfig",
@@ -578,8 +584,9 @@ def _demo_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--exit-when-done",
         action="store_true",
-        help="once every Node is initialised: print the summary, show "
-        "`kubectl get nodes -o wide` (when kubectl is installed) and exit",
+        help="once every Node is initialised and every LoadBalancer Service has an "
+        "EXTERNAL-IP: print the summary, show `kubectl get nodes -o wide` and `kubectl get "
+        "svc` (when kubectl is installed) and exit",
     )
     parser.add_argument(
         "-v",
@@ -623,7 +630,8 @@ def _progress_line(progress: _Progress, now: float) -> str:
     writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
     return (
         f"[{now - progress.started_at:6.1f}s] nodes initialised {census.initialised}/"
-        f"{census.nodes}  cloud calls {sum(census.cloud_calls.values())}  "
+        f"{census.nodes}  load balancers {len(census.external_ips)}/{census.load_balancers}  "
+        f"cloud calls {sum(census.cloud_calls.values())}  "
         f"kube writes {writes}  events {census.event_count}"
     )
 
@@ -638,9 +646,11 @@ def _summary(progress: _Progress) -> str:
     took = (
         f"{progress.done_at - progress.started_at:.2f} s after the CCM started"
         if progress.done_at is not None
-        else "not all initialised"
+        else "not all done"
     )
-    rows.append(("time to initialise all", took))
+    rows.append(("load balancers", f"{len(census.external_ips)}/{census.load_balancers}"))
+    rows += [(f"  {key}", ip) for key, ip in sorted(census.external_ips.items())]
+    rows.append(("time to finish all", took))
     rows.append(("cloud calls", str(sum(census.cloud_calls.values()))))
     rows += [(f"  {m}", str(n)) for m, n in sorted(census.cloud_calls.items())]
     writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
@@ -663,6 +673,7 @@ async def _track(
     progress: _Progress,
     *,
     expect: int,
+    services: int = 0,
 ) -> None:
     """Count every 0.2 s; print a progress line at most once a second when a count changed,
     and set `progress.done` once `expect` Nodes (or more) exist and all are initialised."""
@@ -675,16 +686,23 @@ async def _track(
         counts = (
             census.nodes,
             census.initialised,
+            len(census.external_ips),
             sum(census.cloud_calls.values()),
             census.event_count,
         )  # not the kube requests: Lease renewals alone would print a line every 2 s
-        complete = census.nodes >= expect and census.initialised == census.nodes
+        complete = (
+            census.nodes >= expect
+            and census.initialised == census.nodes
+            and census.load_balancers >= services
+            and len(census.external_ips) == census.load_balancers
+        )
         if complete and not progress.done.is_set():
             progress.done_at = now
             progress.done.set()
             print(_progress_line(progress, now), flush=True)
             print(
-                f"all {census.nodes} Nodes initialised in {now - progress.started_at:.2f} s",
+                f"all {census.nodes} Nodes initialised and {census.load_balancers} load "
+                f"balancers ready in {now - progress.started_at:.2f} s",
                 flush=True,
             )
             shown, last_print = counts, now
@@ -694,14 +712,14 @@ async def _track(
         await trio.sleep(0.2)
 
 
-async def _kubectl_nodes(kubeconfig: Path) -> str | None:
-    """`kubectl get nodes -o wide` against the demo, or None without kubectl."""
+async def _kubectl(kubeconfig: Path, *what: str) -> str | None:
+    """`kubectl get WHAT` against the demo, or None without kubectl."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         return None
     with trio.move_on_after(_KUBECTL_TIMEOUT_S):
         result = await trio.run_process(
-            [kubectl, "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "wide"],
+            [kubectl, "--kubeconfig", str(kubeconfig), "get", *what],
             capture_stdout=True,
             capture_stderr=True,
             check=False,
@@ -773,10 +791,11 @@ def run_demo(argv: Sequence[str]) -> int:
                     await _aclose_provider(provider)
                 print(_summary(progress), flush=True)
                 if args.exit_when_done and progress.done.is_set() and not shutdown.signals:
-                    shown = await _kubectl_nodes(world.kubeconfig)
-                    if shown is not None:
-                        print(f"\n$ kubectl --kubeconfig {kubeconfig} get nodes -o wide")
-                        print(shown, flush=True)
+                    for what in (("nodes", "-o", "wide"), ("svc", "-A")):
+                        shown = await _kubectl(world.kubeconfig, *what)
+                        if shown is not None:
+                            print(f"\n$ kubectl --kubeconfig {kubeconfig} get {' '.join(what)}")
+                            print(shown, flush=True)
                 world_nursery.cancel_scope.cancel()
 
     code = EXIT_OK
@@ -827,7 +846,17 @@ async def _demo_ccm(
         )
         holder.append(await nursery.start(replica))
         progress.started_at = trio.current_time()
-        nursery.start_soon(partial(_track, world.testbed, registry, progress, expect=args.nodes))
+        await world.testbed.add_load_balancer_services(args.services)
+        nursery.start_soon(
+            partial(
+                _track,
+                world.testbed,
+                registry,
+                progress,
+                expect=args.nodes,
+                services=args.services,
+            )
+        )
         nursery.start_soon(finish_when_done)
     # One last count, so the summary shows the final state.
     with trio.move_on_after(_CLEANUP_S):

@@ -185,8 +185,9 @@ async def test_bad_flags_exit_2_naming_the_flag(argv: list[str], fragment: str) 
 
 
 async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
-    """`trio-ccm demo --exit-when-done` initialises every Node, prints the summary (and, with
-    kubectl installed, its Node table), removes its kubeconfig and exits 0."""
+    """`trio-ccm demo --exit-when-done` initialises every Node, gives each LoadBalancer
+    Service an EXTERNAL-IP, prints the summary (and, with kubectl installed, the Node and
+    Service tables), removes its kubeconfig and exits 0."""
     kubeconfig = tmp_path / "demo.kubeconfig"
     argv = [*CLI, "demo", "--nodes=10", f"--kubeconfig-out={kubeconfig}", "--exit-when-done"]
     with trio.fail_after(30):
@@ -199,10 +200,18 @@ async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
         )
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert "all 10 Nodes initialised in" in out
+    assert "all 10 Nodes initialised and 3 load balancers ready in" in out
+    assert re.search(r"^load balancers\s+3/3$", out, re.MULTILINE)
+    assert re.search(r"^  default/demo-web-0\s+203\.0\.113\.\d+$", out, re.MULTILINE)
+    assert re.search(r"^  PutLoadBalancer\s+3$", out, re.MULTILINE)
     assert re.search(r"^initialised\s+10\b", out, re.MULTILINE)
     assert re.search(r"^  ListInstances\s+\d+$", out, re.MULTILINE)
     assert re.search(r"^  Synced\s+10$", out, re.MULTILINE)
     if shutil.which("kubectl"):
         assert re.search(r"^node-0010\s+Ready\s", out, re.MULTILINE)
+        assert re.search(
+            r"^default\s+demo-web-2\s+LoadBalancer\s+\S+\s+203\.0\.113\.\d+\s+80:",
+            out,
+            re.MULTILINE,
+        )
     assert not kubeconfig.exists()

@@ -57,7 +57,7 @@ from trio_ccm.kube.client import (
     NotFoundError,
 )
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
-from trio_ccm.kube.objects import EVENTS, NODES, Event, Node
+from trio_ccm.kube.objects import EVENTS, NODES, SERVICES, Event, Node, Service
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.kube.wellknown import (
     CONDITION_READY,
@@ -209,6 +209,10 @@ class Census:
     """Sum of the Events' `count` (aggregated repeats included)."""
     zones: Counter[str]
     """Initialised Nodes by `topology.kubernetes.io/zone`."""
+    load_balancers: int = 0
+    """Services of type LoadBalancer (without a loadBalancerClass)."""
+    external_ips: dict[str, str] = field(default_factory=dict)
+    """"namespace/name" -> first ingress IP or hostname, for those that have one."""
 
 
 @dataclass(eq=False)
@@ -298,6 +302,33 @@ class Testbed:
         self._wake.set()
         return added
 
+    async def add_load_balancer_services(
+        self, count: int, *, namespace: str = "default", prefix: str = "demo-web"
+    ) -> list[str]:
+        """Create `count` Services of type LoadBalancer (`demo-web-N`, port 80 -> 8080), as a
+        user would; returns their names."""
+        names = []
+        for index in range(count):
+            name = f"{prefix}-{index}"
+            await self._kube.create(
+                SERVICES,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {
+                        "type": "LoadBalancer",
+                        "selector": {"app": name},
+                        "ports": [
+                            {"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}
+                        ],
+                    },
+                },
+                namespace=namespace,
+            )
+            names.append(name)
+        return names
+
     def statistics(self) -> TestbedStatistics:
         kubelets = list(self._kubelets.values())
         return TestbedStatistics(
@@ -320,7 +351,20 @@ class Testbed:
             if node.spec.provider_id
             and not any(t.key == TAINT_UNINITIALIZED for t in node.spec.taints)
         ]
+        services = await self._kube.list(SERVICES, type=Service)
+        wanted = [
+            svc
+            for svc in services.items
+            if svc.spec.type == "LoadBalancer" and svc.spec.load_balancer_class is None
+        ]
+        external = {
+            svc.key: ingress[0].ip or ingress[0].hostname
+            for svc in wanted
+            if (ingress := svc.status.load_balancer.ingress)
+        }
         return Census(
+            load_balancers=len(wanted),
+            external_ips=external,
             nodes=len(nodes.items),
             initialised=len(initialised),
             cloud_calls=Counter(call.method for call in self.cloud.calls),
