@@ -425,7 +425,8 @@ def _testbed_parser() -> argparse.ArgumentParser:
         "register tainted Nodes and keep their Ready condition fresh. Instances added, "
         "stopped, started or terminated through the simulated cloud's admin API "
         "(/_sim/instances) are followed within a second. Point a CCM at the two files: "
-        "trio-ccm --cloud-provider=sim --cloud-config=C --kubeconfig=K. Stops on Ctrl-C.",
+        "trio-ccm --cloud-provider=sim --cloud-config=C --kubeconfig=K "
+        "--cluster-cidr=10.244.0.0/16. Stops on Ctrl-C.",
     )
     parser.add_argument(
         "--nodes", type=_count, default=3, help="instances (and Nodes) at start (default 3)"
