@@ -1,12 +1,85 @@
-"""Placeholder: being written (issue 6)."""
+"""node-ipam-controller: give every Node pod CIDRs (`spec.podCIDR`, `spec.podCIDRs`) carved
+out of `--cluster-cidr`, as kube-controller-manager's RangeAllocator does.
+
+Upstream (`pkg/controller/nodeipam/ipam/range_allocator.go`, run by the example CCM binary
+as `nodeipam` with `--allocate-node-cidrs`), kept:
+- one CIDR set per cluster CIDR (dual stack: one IPv4, one IPv6), Node prefixes from
+  `--node-cidr-mask-size[-ipv4|-ipv6]`; the parts of `--service-cluster-ip-range` inside a
+  cluster CIDR are never handed out;
+- at start, the pod CIDRs every Node already has are marked used (from a fresh list of the
+  Nodes, as upstream lists them when it starts);
+- a Node without pod CIDRs gets one per cluster CIDR, chosen and marked before any write
+  (so two Nodes never get the same one), then written with one patch, 3 attempts; writes
+  run concurrently, at most 30 at once (upstream's update workers);
+- range exhausted: Event `CIDRNotAvailable` ("Node N status is now: CIDRNotAvailable");
+  write failed: the CIDRs are released, Event `CIDRAssignmentFailed` (same wording);
+- a Node that already has pod CIDRs is only marked (podCIDRs are immutable); a deleted
+  Node's CIDRs are released. Event source component `cidrAllocator`; metrics
+  `node_ipam_controller_cidrset_*` per cluster CIDR.
+
+Improvements:
+- **Retries.** Upstream tries a Node again only when the Node changes; here a Node left
+  without CIDRs (range exhausted, write failed) is retried with backoff, so a CIDR freed
+  by a deleted Node is used without waiting for an unrelated Node update.
+- **Guarded write.** A JSON patch whose `test`s hold only while the Node has no pod CIDRs
+  and still has the uid we chose for: a concurrent assignment or a Node re-registered
+  under the same name makes it fail (422) instead of merging two lists. After a failed
+  write the Node is read back, and the CIDRs are released only if it really has none
+  (upstream releases them whatever happened, except on a server timeout where it leaks
+  them until a restart); when the outcome cannot be known they stay reserved for that Node
+  and the same CIDRs are written again (the guard makes that safe).
+- **Bookkeeping per Node name and uid**: what was chosen or seen for each Node. A stale
+  cache entry (before our write's echo) never causes a second allocation, a delete and
+  re-register folded into one cache update releases the old Node's CIDRs, and a deletion
+  releases only what that Node held: a CIDR two Nodes claim (someone else's mistake,
+  logged) stays used until both are gone.
+- The Service range is reserved for good: deleting a Node whose pod CIDR overlaps it
+  never frees Service addresses (upstream marks them like any Node's CIDR).
+- Pod CIDRs are matched to cluster CIDRs by IP family, not by position; a pod CIDR outside
+  every cluster CIDR is logged with the fix, and never stops the controller (upstream's
+  start fails).
+- Log lines name the Node and the fix (the Events stay Normal, as upstream records them).
+"""
 
 from __future__ import annotations
 
-from trio_ccm.actors.context import ControllerContext
-from trio_ccm.cloud.provider import CloudProvider
-from trio_ccm.settings import Settings
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
 
-__all__ = ["requires", "run"]
+import prometheus_client
+import structlog
+import trio
+
+from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
+from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
+from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.views import node_ref
+from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.errors import CcmError, RetryAfter
+from trio_ccm.kube.client import InvalidError, KubeError, NotFoundError
+from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.patches import set_pod_cidrs
+from trio_ccm.kube.wellknown import REASON_CIDR_ASSIGNMENT_FAILED, REASON_CIDR_NOT_AVAILABLE
+from trio_ccm.settings import Settings, cidrs_of, node_mask_sizes
+
+__all__ = ["IpamMetrics", "requires", "run"]
+
+log = structlog.get_logger("trio_ccm.actors.node_ipam")
+
+CIDR_UPDATE_WORKERS: Final = 30  # upstream's cidrUpdateWorkers: Node writes at once
+CIDR_UPDATE_ATTEMPTS: Final = 3  # upstream's cidrUpdateRetries: attempts per write
+# A Node waiting for a free CIDR looks again after 1 s, 2 s, ... at most every 60 s: a CIDR
+# freed by a deleted Node is used within a minute.
+RANGE_FULL_RETRY_BASE_S: Final = 1.0
+RANGE_FULL_RETRY_CAP_S: Final = 60.0
+# The list of Nodes at start is retried until it succeeds: nothing may be allocated before
+# every Node's CIDRs are known.
+LIST_RETRY_BASE_S: Final = 1.0
+LIST_RETRY_CAP_S: Final = 30.0
+
+ClaimState = Literal["chosen", "written", "held"]
 
 
 def requires(_cloud: CloudProvider, settings: Settings) -> str | None:
@@ -16,5 +89,393 @@ def requires(_cloud: CloudProvider, settings: Settings) -> str | None:
     return None
 
 
-async def run(ctx: ControllerContext) -> None:  # pragma: no cover - never started
-    raise AssertionError(f"{ctx.name}: not built yet")
+class IpamMetrics:
+    """Upstream's CIDR set metrics, labelled by cluster CIDR (created once per registry)."""
+
+    def __init__(self, registry: prometheus_client.CollectorRegistry) -> None:
+        self.allocations = prometheus_client.Counter(
+            "node_ipam_controller_cidrset_cidrs_allocations_total",
+            "Counter measuring total number of CIDR allocations.",
+            ["clusterCIDR"],
+            registry=registry,
+        )
+        self.releases = prometheus_client.Counter(
+            "node_ipam_controller_cidrset_cidrs_releases_total",
+            "Counter measuring total number of CIDR releases.",
+            ["clusterCIDR"],
+            registry=registry,
+        )
+        self.usage = prometheus_client.Gauge(
+            "node_ipam_controller_cidrset_usage_cidrs",
+            "Gauge measuring percentage of allocated CIDRs.",
+            ["clusterCIDR"],
+            registry=registry,
+        )
+        # Upstream's spelling ("cirdset"), so existing dashboards keep working.
+        self.max_cidrs = prometheus_client.Gauge(
+            "node_ipam_controller_cirdset_max_cidrs",
+            "Maximum number of CIDRs that can be allocated.",
+            ["clusterCIDR"],
+            registry=registry,
+        )
+
+
+@dataclass(slots=True)
+class _Claim:
+    """The pod CIDRs of one Node (by uid): chosen by us and not yet written, written and
+    not yet seen in the cache, or held (seen on the Node)."""
+
+    uid: str
+    cidrs: tuple[IPNetwork, ...]
+    state: ClaimState
+
+
+def _pod_cidrs(node: Node) -> tuple[str, ...]:
+    spec = node.spec
+    return spec.pod_cidrs or ((spec.pod_cidr,) if spec.pod_cidr else ())
+
+
+class _Allocator:
+    """One term of leadership: the CIDR sets and what each Node holds."""
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+        self.metrics = ctx.once("metrics", lambda: IpamMetrics(ctx.registry))
+        sizes = node_mask_sizes(ctx.settings)
+        self.sets = [CidrSet(c, sizes[c.version]) for c in cidrs_of(ctx.settings.cluster_cidr)]
+        self.services = cidrs_of(ctx.settings.service_cluster_ip_range)
+        self.claims: dict[str, _Claim] = {}
+        # Who holds each CIDR: released in its set only when nobody does any more.
+        self.owners: dict[IPNetwork, set[str]] = {}
+        self.range_full = Backoff(RANGE_FULL_RETRY_BASE_S, RANGE_FULL_RETRY_CAP_S)
+        for cidr_set in self.sets:
+            self.metrics.max_cidrs.labels(str(cidr_set.cluster)).set(cidr_set.size)
+        self.reserve_services()
+
+    # -- the sets --------------------------------------------------------------------------
+    def reserve_services(self) -> None:
+        for service in self.services:
+            for cidr_set in self.sets:
+                if cidr_set.contains(service):
+                    blocks = cidr_set.reserve(service)
+                    self.observe(cidr_set, allocated=blocks)
+                    log.info(
+                        "ipam.service-range-excluded",
+                        service_cidr=str(service),
+                        cluster_cidr=str(cidr_set.cluster),
+                        node_cidrs=blocks,
+                    )
+
+    def set_for(self, cidr: IPNetwork) -> CidrSet | None:
+        for cidr_set in self.sets:
+            if cidr_set.contains(cidr):
+                return cidr_set
+        return None
+
+    def observe(self, cidr_set: CidrSet, *, allocated: int = 0, released: int = 0) -> None:
+        label = str(cidr_set.cluster)
+        if allocated:
+            self.metrics.allocations.labels(label).inc(allocated)
+        if released:
+            self.metrics.releases.labels(label).inc(released)
+        self.metrics.usage.labels(label).set(cidr_set.used / cidr_set.size)
+
+    def take(self, name: str, cidr: IPNetwork) -> None:
+        """Record that Node `name` holds `cidr` (seen on it; chosen CIDRs are taken in
+        choose), and mark it used."""
+        cidr_set = self.set_for(cidr)
+        if cidr_set is None:
+            log.warning(
+                "node.pod-cidr-outside-cluster",
+                node=name,
+                pod_cidr=str(cidr),
+                cluster_cidrs=[str(s.cluster) for s in self.sets],
+                fix="add its range to --cluster-cidr, or delete the Node so it registers "
+                "again and gets a CIDR from --cluster-cidr",
+            )
+            return
+        owners = self.owners.setdefault(cidr, set())
+        others = sorted(owners - {name})
+        owners.add(name)
+        if others:
+            log.warning(
+                "node.pod-cidr-shared",
+                node=name,
+                pod_cidr=str(cidr),
+                other_nodes=others,
+                fix="pods on these Nodes get the same addresses: delete all but one of them "
+                "so they register again and get their own CIDRs",
+            )
+        overlapping = [str(s) for s in self.services if s.overlaps(cidr)]
+        if overlapping:
+            log.warning(
+                "node.pod-cidr-overlaps-services",
+                node=name,
+                pod_cidr=str(cidr),
+                service_cidrs=overlapping,
+                fix="pods and Services share addresses: delete the Node so it registers again "
+                "and gets a CIDR outside --service-cluster-ip-range",
+            )
+        if not others:
+            self.observe(cidr_set, allocated=cidr_set.occupy(cidr))
+
+    def give_back(self, name: str, cidr: IPNetwork) -> None:
+        """Node `name` no longer holds `cidr`: free it if nobody else does."""
+        owners = self.owners.get(cidr)
+        if owners is None:
+            return
+        owners.discard(name)
+        if owners:
+            return
+        del self.owners[cidr]
+        cidr_set = self.set_for(cidr)
+        if cidr_set is not None:
+            self.observe(cidr_set, released=cidr_set.release(cidr))
+
+    # -- what each Node holds ----------------------------------------------------------------
+    def hold(self, node: Node, texts: Sequence[str]) -> None:
+        """The Node has these pod CIDRs: record and mark them (and free ours it lacks)."""
+        name = node.metadata.name
+        held: list[IPNetwork] = []
+        for text in texts:
+            try:
+                held.append(ipaddress.ip_network(text, strict=False))
+            except ValueError:
+                log.warning(
+                    "node.pod-cidr-unreadable",
+                    node=name,
+                    pod_cidr=text,
+                    fix="it is not tracked; delete the Node so it registers again",
+                )
+        cidrs = tuple(held)
+        claim = self.claims.get(name)
+        if claim is not None and claim.uid != node.metadata.uid:
+            self.forget(name, "the Node registered again under the same name")
+            claim = None
+        if claim is not None and claim.cidrs == cidrs:
+            claim.state = "held"
+            return
+        previous = claim.cidrs if claim is not None else ()
+        self.claims[name] = _Claim(node.metadata.uid, cidrs, "held")
+        for cidr in cidrs:
+            if cidr not in previous:
+                self.take(name, cidr)
+        for cidr in previous:
+            if cidr not in cidrs:
+                self.give_back(name, cidr)
+        if claim is not None:
+            log.info(
+                "node.pod-cidrs-set-elsewhere",
+                node=name,
+                pod_cidrs=[str(c) for c in cidrs],
+                released=[str(c) for c in previous if c not in cidrs],
+            )
+        else:
+            log.debug("node.pod-cidrs-occupied", node=name, pod_cidrs=[str(c) for c in cidrs])
+
+    def forget(self, name: str, reason: str) -> None:
+        """Release what Node `name` held or was given (it is gone, or the write failed)."""
+        self.range_full.reset(name)
+        claim = self.claims.pop(name, None)
+        if claim is None:
+            return
+        for cidr in claim.cidrs:
+            self.give_back(name, cidr)
+        if claim.cidrs:
+            log.info(
+                "node.pod-cidrs-released",
+                node=name,
+                pod_cidrs=[str(c) for c in claim.cidrs],
+                reason=reason,
+            )
+
+    def choose(self, node: Node) -> _Claim:
+        """One free CIDR per cluster CIDR, marked used at once (no await in here: two Nodes
+        can never be given the same one)."""
+        name = node.metadata.name
+        chosen: list[IPNetwork] = []
+        for cidr_set in self.sets:
+            try:
+                chosen.append(cidr_set.allocate_next())
+            except NoCidrLeftError:
+                for taken, taken_from in zip(chosen, self.sets, strict=False):
+                    taken_from.release(taken)
+                raise self.range_exhausted(node, cidr_set) from None
+        claim = self.claims[name] = _Claim(node.metadata.uid, tuple(chosen), "chosen")
+        for cidr, cidr_set in zip(chosen, self.sets, strict=True):
+            self.owners.setdefault(cidr, set()).add(name)
+            self.observe(cidr_set, allocated=1)
+        self.range_full.reset(name)
+        return claim
+
+    def range_exhausted(self, node: Node, cidr_set: CidrSet) -> RetryAfter:
+        name = node.metadata.name
+        first = self.range_full.failures(name) == 0
+        delay = self.range_full.next_delay(name)
+        self.ctx.events.normal(
+            node_ref(node),
+            REASON_CIDR_NOT_AVAILABLE,
+            f"Node {name} status is now: {REASON_CIDR_NOT_AVAILABLE}",
+        )
+        message = (
+            f"Node {name}: the cluster CIDR {cidr_set.cluster} has no free "
+            f"/{cidr_set.node_prefix} left: enlarge --cluster-cidr or delete Nodes"
+        )
+        (log.warning if first else log.debug)(
+            "node.pod-cidr-unavailable",
+            node=name,
+            cluster_cidr=str(cidr_set.cluster),
+            node_prefix=cidr_set.node_prefix,
+            retry_in_s=round(delay, 3),
+            fix="enlarge --cluster-cidr, raise --node-cidr-mask-size (smaller Node CIDRs for "
+            "new Nodes), or delete Nodes",
+        )
+        return RetryAfter(delay, message)
+
+    # -- one Node --------------------------------------------------------------------------
+    async def sync(self, name: str, node: Node | None) -> None:
+        if node is None:
+            self.forget(name, "the Node was deleted")
+            return
+        claim = self.claims.get(name)
+        if claim is not None and claim.uid != node.metadata.uid:
+            self.forget(name, "the Node registered again under the same name")
+            claim = None
+        texts = _pod_cidrs(node)
+        if texts:
+            self.hold(node, texts)
+            return
+        if node.metadata.deletion_timestamp:
+            if claim is not None and claim.state == "chosen":
+                self.forget(name, "the Node is being deleted")
+            return
+        if claim is None:
+            claim = self.choose(node)
+        elif claim.state != "chosen":
+            return  # a cache entry older than our write: its echo is on the way
+        await self.write(node, claim)
+
+    async def write(self, node: Node, claim: _Claim) -> None:
+        name = node.metadata.name
+        texts = [str(c) for c in claim.cidrs]
+        patch = set_pod_cidrs(texts, uid=claim.uid)
+        error: KubeError | None = None
+        for attempt in range(1, CIDR_UPDATE_ATTEMPTS + 1):
+            try:
+                await self.ctx.kube.patch(NODES, name, patch)
+            except NotFoundError:
+                self.forget(name, "the Node was deleted")
+                return
+            except InvalidError as exc:  # a test failed (or the write was refused): look
+                error = exc
+                break
+            except KubeError as exc:
+                error = exc
+                log.debug("node.pod-cidrs-write-failed", node=name, attempt=attempt, error=str(exc))
+            else:
+                claim.state = "written"
+                log.info("node.pod-cidrs-assigned", node=name, pod_cidrs=texts)
+                return
+        assert error is not None
+        await self.settle(node, claim, error)
+
+    async def settle(self, node: Node, claim: _Claim, error: KubeError) -> None:
+        """After a failed write: read the Node back and act on what it really holds."""
+        name = node.metadata.name
+        texts = [str(c) for c in claim.cidrs]
+        try:
+            current: Node = await self.ctx.kube.get(NODES, name, type=Node)
+        except NotFoundError:
+            self.forget(name, "the Node was deleted")
+            return
+        except KubeError as exc:
+            raise CcmError(
+                f"Node {name}: writing spec.podCIDRs {texts} failed ({error}) and reading the "
+                f"Node back failed too ({exc}); the CIDRs stay reserved for it and the same "
+                "write is retried with backoff"
+            ) from error
+        if current.metadata.uid != claim.uid:
+            self.forget(name, "the Node registered again under the same name")
+            return
+        have = _pod_cidrs(current)
+        if have:
+            self.hold(current, have)
+            return
+        self.forget(name, "writing them to the Node failed")
+        self.ctx.events.normal(
+            node_ref(node),
+            REASON_CIDR_ASSIGNMENT_FAILED,
+            f"Node {name} status is now: {REASON_CIDR_ASSIGNMENT_FAILED}",
+        )
+        raise CcmError(
+            f"Node {name}: writing spec.podCIDRs {texts} failed after "
+            f"{CIDR_UPDATE_ATTEMPTS} attempts ({error}); they were released and the Node is "
+            "retried with backoff (check the API server and this controller's RBAC for "
+            "patching nodes)"
+        ) from error
+
+    # -- start -------------------------------------------------------------------------------
+    async def occupy_existing(self) -> None:
+        """Mark the pod CIDRs every Node has: from a fresh list (the cache may lag writes
+        made just before this term), merged with the cache."""
+        latest = {n.metadata.name: n for n in self.ctx.nodes.items()}
+        latest.update((n.metadata.name, n) for n in await self.list_nodes())
+        for node in latest.values():
+            texts = _pod_cidrs(node)
+            if texts:
+                self.hold(node, texts)
+        log.info(
+            "ipam.started",
+            nodes=len(latest),
+            nodes_with_cidrs=len(self.claims),
+            cidr_sets=[
+                {
+                    "cluster_cidr": str(s.cluster),
+                    "node_prefix": s.node_prefix,
+                    "used": s.used,
+                    "size": s.size,
+                }
+                for s in self.sets
+            ],
+        )
+
+    async def list_nodes(self) -> list[Node]:
+        backoff = Backoff(LIST_RETRY_BASE_S, LIST_RETRY_CAP_S)
+        while True:
+            try:
+                return await self._list_nodes()
+            except KubeError as exc:
+                delay = backoff.next_delay("list")
+                log.warning(
+                    "ipam.list-failed",
+                    error=str(exc),
+                    retry_in_s=round(delay, 3),
+                    reason="no CIDR is allocated before every Node's CIDRs are known",
+                )
+                await trio.sleep(delay)
+
+    async def _list_nodes(self) -> list[Node]:
+        nodes: list[Node] = []
+        token = ""
+        while True:
+            page = await self.ctx.kube.list(NODES, type=Node, limit=500, continue_token=token)
+            nodes += page.items
+            token = page.metadata.continue_
+            if not token:
+                return nodes
+
+
+async def run(ctx: ControllerContext) -> None:
+    """The controller: mark the CIDRs Nodes have, then one actor per Node."""
+    allocator = _Allocator(ctx)
+    mailbox = ctx.nodes.subscribe()
+    try:
+        await allocator.occupy_existing()
+        actors = ctx.keyed(
+            allocator.sync,
+            limiter=trio.CapacityLimiter(CIDR_UPDATE_WORKERS),
+            backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
+        )
+        await actors.serve(mailbox)
+    finally:
+        ctx.nodes.unsubscribe(mailbox)

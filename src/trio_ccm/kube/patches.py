@@ -181,3 +181,22 @@ def initialize_node(
                 for k, v in labels.items()
             ]
     return Patch(JSON_PATCH, ops)
+
+
+def set_pod_cidrs(cidrs: Sequence[str], *, uid: str = "") -> Patch:
+    """Assign a Node's pod CIDRs: spec.podCIDR (the first) and spec.podCIDRs, only if it has
+    none yet and, with `uid`, is still that Node. A JSON patch whose `test`s make the write
+    fail with 422 when someone assigned CIDRs first or the Node was re-registered, where
+    upstream's strategic merge would merge two lists (and be refused for another reason).
+    """
+    if not cidrs:
+        raise ValueError("set_pod_cidrs: give at least one CIDR")
+    ops: list[JSONValue] = []
+    if uid:
+        ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
+    ops += [
+        {"op": "test", "path": "/spec/podCIDRs", "value": None},
+        {"op": "add", "path": "/spec/podCIDR", "value": cidrs[0]},
+        {"op": "add", "path": "/spec/podCIDRs", "value": list(cidrs)},
+    ]
+    return Patch(JSON_PATCH, ops)

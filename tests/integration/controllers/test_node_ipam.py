@@ -1,0 +1,310 @@
+"""node-ipam-controller against the emulator: pod CIDRs from --cluster-cidr, one per family,
+never twice, released when Nodes go."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from tests.integration.controllers.conftest import World, open_world, running, settings
+from trio_ccm.settings import Settings
+
+IPAM = "node-ipam-controller"
+
+
+def ipam(cluster_cidr: str = "10.244.0.0/16", **changes: object) -> Settings:
+    return settings(
+        controllers=(IPAM,), allocate_node_cidrs=True, cluster_cidr=cluster_cidr, **changes
+    )
+
+
+def register(world: World, *names: str) -> None:
+    for name in names:
+        world.register(name, taints=[])
+
+
+def pod_cidrs(world: World, name: str) -> list[str]:
+    spec: dict[str, Any] = world.node(name)["spec"]
+    cidrs: list[str] = spec.get("podCIDRs", [])
+    if cidrs:
+        assert spec["podCIDR"] == cidrs[0]
+    return cidrs
+
+
+async def delete(world: World, name: str) -> None:
+    response = await world.http.delete(f"/api/v1/nodes/{name}")
+    response.raise_for_status()
+
+
+def create_with_cidrs(world: World, name: str, cidrs: list[str]) -> None:
+    """A Node whose pod CIDRs someone already assigned (another allocator, an earlier run)."""
+    world.api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "expected"),
+    [
+        pytest.param(
+            ipam(),
+            [["10.244.0.0/24"], ["10.244.1.0/24"], ["10.244.2.0/24"]],
+            id="single-stack",
+        ),
+        pytest.param(
+            ipam("10.244.0.0/16,fd00:10:244::/56", node_cidr_mask_size_ipv6=64),
+            [
+                ["10.244.0.0/24", "fd00:10:244::/64"],
+                ["10.244.1.0/24", "fd00:10:244:1::/64"],
+                ["10.244.2.0/24", "fd00:10:244:2::/64"],
+            ],
+            id="dual-stack",
+        ),
+        pytest.param(
+            ipam("fd00:10:244::/56,10.244.0.0/16", node_cidr_mask_size_ipv4=26),
+            [
+                ["fd00:10:244::/64", "10.244.0.0/26"],
+                ["fd00:10:244:1::/64", "10.244.0.64/26"],
+                ["fd00:10:244:2::/64", "10.244.0.128/26"],
+            ],
+            id="dual-stack-ipv6-first",
+        ),
+        pytest.param(
+            ipam("10.0.0.0/16", node_cidr_mask_size=20),
+            [["10.0.0.0/20"], ["10.0.16.0/20"], ["10.0.32.0/20"]],
+            id="mask-size",
+        ),
+        pytest.param(
+            ipam("10.0.0.0/22", service_cluster_ip_range="10.0.0.0/23"),
+            [["10.0.2.0/24"], ["10.0.3.0/24"], []],
+            id="service-range-excluded",
+        ),
+        pytest.param(
+            ipam("10.0.0.0/24", node_cidr_mask_size=26, service_cluster_ip_range="10.0.0.100/30"),
+            [["10.0.0.0/26"], ["10.0.0.128/26"], ["10.0.0.192/26"]],
+            id="small-service-range-takes-its-block",
+        ),
+        pytest.param(
+            ipam(
+                "10.244.0.0/16,fd00:10:244::/56",
+                node_cidr_mask_size_ipv6=64,
+                service_cluster_ip_range="10.96.0.0/12,fd00:10:244::/63",
+            ),
+            [
+                ["10.244.0.0/24", "fd00:10:244:2::/64"],
+                ["10.244.1.0/24", "fd00:10:244:3::/64"],
+                ["10.244.2.0/24", "fd00:10:244:4::/64"],
+            ],
+            id="dual-stack-service-range-in-one-family",
+        ),
+    ],
+)
+async def test_allocation(
+    autojump_clock: trio.testing.MockClock, cfg: Settings, expected: list[list[str]]
+) -> None:
+    """Each Node gets one pod CIDR per cluster CIDR, in --cluster-cidr's order and never
+    from --service-cluster-ip-range, with one patch per Node (which Node gets which CIDR
+    depends on scheduling, so the assignments are compared as a set)."""
+    names = ["node-a", "node-b", "node-c"]
+    async with open_world() as world:
+        register(world, *names)
+        with trio.fail_after(30):
+            async with running(world, cfg):
+                await trio.sleep(2)
+        got = sorted(pod_cidrs(world, name) for name in names)
+        assert got == sorted(expected)
+        for name in names:
+            writes = [] if not pod_cidrs(world, name) else [("PATCH", f"/api/v1/nodes/{name}")]
+            assert world.transport.node_writes(name) == writes
+
+
+async def test_existing_cidrs_are_occupied_across_a_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A new term (here a new replica) marks the CIDRs Nodes already have, whoever wrote
+    them, and never gives them again nor rewrites them."""
+    async with open_world() as world:
+        create_with_cidrs(world, "old", ["10.244.0.0/24"])
+        register(world, "node-a", "node-b")
+        with trio.fail_after(60):
+            async with running(world, ipam()):
+                await trio.sleep(2)
+            first = {pod_cidrs(world, n)[0] for n in ("old", "node-a", "node-b")}
+            assert first == {"10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24"}
+            register(world, "node-c")
+            world.registry = CollectorRegistry()  # a new process: its own metrics
+            async with running(world, ipam()):
+                await trio.sleep(2)
+        assert pod_cidrs(world, "node-c") == ["10.244.3.0/24"]
+        assert world.transport.node_writes("old") == []
+        for name in ("node-a", "node-b", "node-c"):
+            assert len(world.transport.node_writes(name)) == 1
+
+
+async def test_a_wave_of_200_nodes(autojump_clock: trio.testing.MockClock) -> None:
+    """200 Nodes registered at once get 200 distinct CIDRs with one write each."""
+    names = [f"node-{i:03}" for i in range(200)]
+    async with open_world() as world:
+        register(world, *names)
+        with trio.fail_after(60):
+            async with running(world, ipam()):
+                # 200 writes through the client bucket (20/s, burst 30): 8.5 s.
+                await trio.sleep(12)
+        cidrs = [pod_cidrs(world, name) for name in names]
+        assert all(len(c) == 1 for c in cidrs)
+        assert len({c[0] for c in cidrs}) == 200
+        cluster = ipaddress.ip_network("10.244.0.0/16")
+        assert all(ipaddress.ip_network(c[0]).subnet_of(cluster) for c in cidrs)  # type: ignore[arg-type]
+        assert all(len(world.transport.node_writes(name)) == 1 for name in names)
+
+
+async def test_exhaustion_then_a_freed_cidr_is_used(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With room for 4 Nodes the 5th gets a CIDRNotAvailable Event and a log line with the
+    fix; once a Node is deleted, the 5th gets its CIDR without any other change."""
+    names = ["node-1", "node-2", "node-3", "node-4"]
+    async with open_world() as world:
+        register(world, *names)
+        with trio.fail_after(120), capture_logs() as logs:
+            async with running(world, ipam("10.244.0.0/24", node_cidr_mask_size=26)):
+                await trio.sleep(2)
+                register(world, "node-5")
+                await trio.sleep(5)
+                assert pod_cidrs(world, "node-5") == []
+                events = await world.events("CIDRNotAvailable")
+                assert [(e["involvedObject"]["name"], e["type"], e["message"]) for e in events] == [
+                    ("node-5", "Normal", "Node node-5 status is now: CIDRNotAvailable")
+                ]
+                assert events[0]["source"]["component"] == "cidrAllocator"
+                assert events[0]["count"] > 1  # retried with backoff (aggregated Events)
+                freed = pod_cidrs(world, "node-3")
+                await delete(world, "node-3")
+                await trio.sleep(61)
+        assert pod_cidrs(world, "node-5") == freed
+        unavailable = [e for e in logs if e["event"] == "node.pod-cidr-unavailable"]
+        assert unavailable[0]["log_level"] == "warning"
+        assert unavailable[0]["node"] == "node-5"
+        assert "enlarge --cluster-cidr" in unavailable[0]["fix"]
+        assert {e["log_level"] for e in unavailable[1:]} <= {"debug"}
+
+
+async def test_deletion_releases_and_reregistration_gets_a_cidr(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A deleted Node's CIDR goes back to the pool; a Node deleted and registered again
+    under the same name (one cache update) is a new Node and gets a CIDR of its own."""
+    async with open_world() as world:
+        register(world, "node-1", "node-2", "node-3", "node-4")
+        with trio.fail_after(60):
+            async with running(world, ipam("10.244.0.0/24", node_cidr_mask_size=26)):
+                await trio.sleep(2)
+                gone = pod_cidrs(world, "node-2")
+                await delete(world, "node-2")
+                await trio.sleep(1)
+                register(world, "node-5")
+                await trio.sleep(2)
+                assert pod_cidrs(world, "node-5") == gone
+                # Delete and register again at once (no checkpoint between): the old uid's
+                # CIDR must be released.
+                before = pod_cidrs(world, "node-4")
+                world.api.registry.delete(world.api.type_for("v1", "Node"), "", "node-4")
+                register(world, "node-4")
+                await trio.sleep(2)
+                assert pod_cidrs(world, "node-4") == before
+        assert await world.events("CIDRNotAvailable") == []
+
+
+async def test_failed_write_releases_and_retries(autojump_clock: trio.testing.MockClock) -> None:
+    """Three failed writes: the CIDR is released, a CIDRAssignmentFailed Event recorded,
+    and the Node retried with backoff until it has CIDRs."""
+    async with open_world() as world:
+        register(world, "node-a")
+        world.api.faults.inject_error(500, verb="patch", resource="nodes", name="node-a", count=3)
+        with trio.fail_after(30):
+            async with running(world, ipam("10.244.0.0/24", node_cidr_mask_size=25)):
+                await trio.sleep(2)
+        # Round robin: the released 10.244.0.0/25 waits behind the untouched .128/25.
+        assert pod_cidrs(world, "node-a") == ["10.244.0.128/25"]
+        assert len(world.transport.node_writes("node-a")) == 4
+        events = await world.events("CIDRAssignmentFailed")
+        assert [(e["type"], e["message"]) for e in events] == [
+            ("Normal", "Node node-a status is now: CIDRAssignmentFailed")
+        ]
+
+
+async def test_cidrs_set_by_someone_else_win(autojump_clock: trio.testing.MockClock) -> None:
+    """Pod CIDRs written by someone else while our write is in flight: our guarded write
+    fails, the Node keeps theirs, ours goes back to the pool (no Event, no retry)."""
+    async with open_world() as world:
+        register(world, "node-a")
+        # Our patch (the first for node-a) is held up for a second.
+        world.api.faults.inject_latency(1.0, verb="patch", resource="nodes", name="node-a", count=1)
+        with trio.fail_after(30):
+            async with running(world, ipam("10.244.0.0/24", node_cidr_mask_size=26)):
+                await trio.sleep(0.5)
+                theirs = await world.http.patch(
+                    "/api/v1/nodes/node-a",
+                    json={"spec": {"podCIDR": "10.244.0.192/26"}},
+                    headers={"content-type": "application/merge-patch+json"},
+                )
+                theirs.raise_for_status()
+                await trio.sleep(2)
+                register(world, "node-b", "node-c", "node-d", "node-e")
+                await trio.sleep(2)
+        assert pod_cidrs(world, "node-a") == ["10.244.0.192/26"]
+        assert world.transport.node_writes("node-a") == [("PATCH", "/api/v1/nodes/node-a")]
+        # The three CIDRs left (ours among them) go to three of the four new Nodes.
+        got = sorted(pod_cidrs(world, n) for n in ("node-b", "node-c", "node-d", "node-e"))
+        assert got == [[], ["10.244.0.0/26"], ["10.244.0.128/26"], ["10.244.0.64/26"]]
+        assert await world.events("CIDRAssignmentFailed") == []
+
+
+async def test_pod_cidr_outside_the_cluster_is_logged_not_fatal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Node whose pod CIDR is outside --cluster-cidr is logged with the fix; the
+    controller carries on with the others."""
+    async with open_world() as world:
+        create_with_cidrs(world, "stray", ["192.168.7.0/24"])
+        register(world, "node-a")
+        with trio.fail_after(30), capture_logs() as logs:
+            async with running(world, ipam()):
+                await trio.sleep(2)
+        assert pod_cidrs(world, "node-a") == ["10.244.0.0/24"]
+        assert pod_cidrs(world, "stray") == ["192.168.7.0/24"]
+        (outside,) = [e for e in logs if e["event"] == "node.pod-cidr-outside-cluster"]
+        assert outside["node"] == "stray"
+        assert outside["pod_cidr"] == "192.168.7.0/24"
+        assert "--cluster-cidr" in outside["fix"]
+
+
+async def test_a_stale_cache_entry_never_allocates_twice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Node update that reaches the cache while our write is in flight (so it shows no
+    pod CIDRs) causes neither a second allocation nor a second write."""
+    async with open_world() as world:
+        register(world, "node-a")
+        world.api.faults.inject_latency(1.0, verb="patch", resource="nodes", name="node-a", count=1)
+        with trio.fail_after(30):
+            async with running(world, ipam("10.244.0.0/24", node_cidr_mask_size=26)):
+                await trio.sleep(0.5)
+                await world.set_ready("node-a", "False")  # the kubelet's status update
+                await trio.sleep(2)
+                register(world, "node-b")
+                await trio.sleep(2)
+        assert pod_cidrs(world, "node-a") == ["10.244.0.0/26"]
+        assert pod_cidrs(world, "node-b") == ["10.244.0.64/26"]
+        assert world.transport.node_writes("node-a") == [("PATCH", "/api/v1/nodes/node-a")]
