@@ -631,7 +631,8 @@ def _progress_line(progress: _Progress, now: float) -> str:
     writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
     return (
         f"[{now - progress.started_at:6.1f}s] nodes initialised {census.initialised}/"
-        f"{census.nodes}  load balancers {len(census.external_ips)}/{census.load_balancers}  "
+        f"{census.nodes}  routes {census.routes}  "
+        f"load balancers {len(census.external_ips)}/{census.load_balancers}  "
         f"cloud calls {sum(census.cloud_calls.values())}  "
         f"kube writes {writes}  events {census.event_count}"
     )
@@ -649,6 +650,8 @@ def _summary(progress: _Progress) -> str:
         if progress.done_at is not None
         else "not all done"
     )
+    rows.append(("pod CIDRs", f"{census.pod_cidrs} Nodes"))
+    rows.append(("routes", str(census.routes)))
     rows.append(("load balancers", f"{len(census.external_ips)}/{census.load_balancers}"))
     rows += [(f"  {key}", ip) for key, ip in sorted(census.external_ips.items())]
     rows.append(("time to finish all", took))
@@ -688,12 +691,14 @@ async def _track(
             census.nodes,
             census.initialised,
             len(census.external_ips),
+            census.routes,
             sum(census.cloud_calls.values()),
             census.event_count,
         )  # not the kube requests: Lease renewals alone would print a line every 2 s
         complete = (
             census.nodes >= expect
             and census.initialised == census.nodes
+            and census.routes >= census.nodes
             and census.load_balancers >= services
             and len(census.external_ips) == census.load_balancers
         )
@@ -702,8 +707,8 @@ async def _track(
             progress.done.set()
             print(_progress_line(progress, now), flush=True)
             print(
-                f"all {census.nodes} Nodes initialised and {census.load_balancers} load "
-                f"balancers ready in {now - progress.started_at:.2f} s",
+                f"all {census.nodes} Nodes initialised and routed, {census.load_balancers} "
+                f"load balancers ready in {now - progress.started_at:.2f} s",
                 flush=True,
             )
             shown, last_print = counts, now
@@ -745,7 +750,9 @@ def run_demo(argv: Sequence[str]) -> int:
                 "--cloud-provider=sim",
                 f"--kubeconfig={kubeconfig}",
                 "--secure-port=0",
-                "--configure-cloud-routes=false",
+                # Pod CIDRs by the node-ipam-controller, cloud routes for them.
+                "--cluster-cidr=10.244.0.0/16",
+                "--allocate-node-cidrs",
                 *ccm_flags,
             ],
             controller_aliases=CONTROLLER_ALIASES,

@@ -238,9 +238,10 @@ async def serve(
         recorders: dict[str, EventRecorder] = {}
         clients: dict[str, KubeClient] = {}
         for controller in runnable:
-            ident = controller.client_name or controller.name
-            if ident not in clients:
-                clients[ident] = await client(ident)
+            # One client (QPS bucket) per controller, under its upstream identity: as
+            # upstream's ClientBuilder, which builds a clientset per controller even when
+            # two share an identity (cloud-node, lifecycle and IPAM are "node-controller").
+            clients[controller.name] = await client(controller.client_name or controller.name)
             component = controller.event_component or controller.name
             if component not in recorders:
                 # Events have their own client (QPS bucket): a wave of Synced Events does not
@@ -278,11 +279,10 @@ async def serve(
         )
 
         async def run_controller(controller: Controller) -> None:
-            ident = controller.client_name or controller.name
             ctx = ControllerContext(
                 name=controller.name,
                 settings=settings,
-                kube=clients[ident],
+                kube=clients[controller.name],
                 nodes=node_informer,
                 services=service_informer,
                 cloud=cloud,

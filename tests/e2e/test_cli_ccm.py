@@ -200,7 +200,9 @@ async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
         )
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    assert "all 10 Nodes initialised and 3 load balancers ready in" in out
+    assert "all 10 Nodes initialised and routed, 3 load balancers ready in" in out
+    assert re.search(r"^pod CIDRs\s+10 Nodes$", out, re.MULTILINE)
+    assert re.search(r"^routes\s+10$", out, re.MULTILINE)
     assert re.search(r"^load balancers\s+3/3$", out, re.MULTILINE)
     assert re.search(r"^  default/demo-web-0\s+203\.0\.113\.\d+$", out, re.MULTILINE)
     assert re.search(r"^  PutLoadBalancer\s+3$", out, re.MULTILINE)

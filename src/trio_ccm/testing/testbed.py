@@ -213,6 +213,10 @@ class Census:
     """Services of type LoadBalancer (without a loadBalancerClass)."""
     external_ips: dict[str, str] = field(default_factory=dict)
     """"namespace/name" -> first ingress IP or hostname, for those that have one."""
+    pod_cidrs: int = 0
+    """Nodes with spec.podCIDRs."""
+    routes: int = 0
+    """Routes in the simulated cloud that are not blackholes."""
 
 
 @dataclass(eq=False)
@@ -363,6 +367,8 @@ class Testbed:
             if (ingress := svc.status.load_balancer.ingress)
         }
         return Census(
+            pod_cidrs=sum(1 for node in nodes.items if node.spec.pod_cidrs),
+            routes=sum(1 for route in self.cloud.routes() if not route.blackhole),
             load_balancers=len(wanted),
             external_ips=external,
             nodes=len(nodes.items),
