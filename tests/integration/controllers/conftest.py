@@ -46,6 +46,23 @@ class CountingTransport(httpx.AsyncBaseTransport):
         return [w for w in self.writes if w[1] in (path, path + "/status")]
 
 
+class ProviderDouble:
+    """The sim provider with some capabilities replaced (`routes=`, `load_balancers=`), as a
+    third-party provider built on it would be; trio-ccm's own code is never patched."""
+
+    def __init__(self, inner: Any, **replaced: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.instances = replaced.pop("instances", inner.instances)
+        self.load_balancers = replaced.pop("load_balancers", inner.load_balancers)
+        self.routes = replaced.pop("routes", inner.routes)
+        if replaced:
+            raise TypeError(f"ProviderDouble: no capability {', '.join(replaced)}")
+
+    async def initialize(self) -> None:
+        await self.inner.initialize()
+
+
 def ready_condition(status: str) -> dict[str, str]:
     return {
         "type": "Ready",

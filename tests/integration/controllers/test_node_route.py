@@ -12,7 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.controllers.conftest import World, open_world, running, settings
+from tests.integration.controllers.conftest import (
+    ProviderDouble,
+    World,
+    open_world,
+    running,
+    settings,
+)
 from trio_ccm.cloud.provider import NodeAddress, Route, Routes
 from trio_ccm.settings import Settings
 
@@ -92,20 +98,6 @@ NO_ROUTE_CREATED = ("True", "NoRouteCreated", "RouteController failed to create 
 
 
 # -- third-party-like providers (wrapping the sim provider) ---------------------------------
-class WithRoutes:
-    """The sim provider with another `routes` object, as a third-party provider would be."""
-
-    def __init__(self, inner: Any, routes: Routes) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.instances = inner.instances
-        self.load_balancers = inner.load_balancers
-        self.routes = routes
-
-    async def initialize(self) -> None:
-        await self.inner.initialize()
-
-
 class PerFamilyNames:
     """Routes named per IP family: what a provider supporting dual stack must do, since the
     name hint (the Node's UID) is the same for both of a Node's CIDRs."""
@@ -185,7 +177,7 @@ async def test_a_route_per_pod_cidr(
         add_node(world, "node-c")
 
         def wrap(provider: Any) -> Any:
-            return WithRoutes(provider, PerFamilyNames(provider.routes))
+            return ProviderDouble(provider, routes=PerFamilyNames(provider.routes))
 
         with trio.fail_after(60):
             async with running(
@@ -426,7 +418,7 @@ async def test_changed_addresses_replace_the_route_delete_first(
 
     def wrap(provider: Any) -> Any:
         routes.append(AddressAware(provider.routes))
-        return WithRoutes(provider, routes[0])
+        return ProviderDouble(provider, routes=routes[0])
 
     async with open_world() as world:
         add_node(world, "node-a", ["10.244.1.0/24"], addresses=first)

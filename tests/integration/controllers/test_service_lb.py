@@ -16,7 +16,13 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from tests.integration.controllers.conftest import World, open_world, running, settings
+from tests.integration.controllers.conftest import (
+    ProviderDouble,
+    World,
+    open_world,
+    running,
+    settings,
+)
 from trio_ccm.cloud.provider import (
     ImplementedElsewhere,
     LoadBalancerIngress,
@@ -261,21 +267,6 @@ async def test_retry_after_waits_exactly_and_backoff_grows(
         assert failed[0]["count"] == 3 or len(failed) == 3
 
 
-class ProviderDouble:
-    """A provider as a third party might write one: the sim provider with the load
-    balancers replaced by `load_balancers`."""
-
-    def __init__(self, inner: Any, load_balancers: Any) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.instances = inner.instances
-        self.routes = inner.routes
-        self.load_balancers = load_balancers
-
-    async def initialize(self) -> None:
-        await self._inner.initialize()
-
-
 class ProxyModeLoadBalancers:
     """Wraps the sim's load balancers: ingress in ipMode Proxy, or ImplementedElsewhere."""
 
@@ -324,7 +315,7 @@ async def test_ip_mode_is_kept(autojump_clock: trio.testing.MockClock) -> None:
 
         def wrap(provider: Any) -> ProviderDouble:
             wrapped.append(ProxyModeLoadBalancers(provider.load_balancers))
-            return ProviderDouble(provider, wrapped[0])
+            return ProviderDouble(provider, load_balancers=wrapped[0])
 
         async with running(world, SERVICE_LB, wrap=wrap):
             await trio.sleep(30)
@@ -346,7 +337,7 @@ async def test_implemented_elsewhere_is_silent_success(
 
         def wrap(provider: Any) -> ProviderDouble:
             doubles.append(ProxyModeLoadBalancers(provider.load_balancers, elsewhere=True))
-            return ProviderDouble(provider, doubles[0])
+            return ProviderDouble(provider, load_balancers=doubles[0])
 
         async with running(world, SERVICE_LB, wrap=wrap):
             await trio.sleep(30)
