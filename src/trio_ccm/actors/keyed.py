@@ -10,8 +10,9 @@ runs `handler(key, value)` under the shared `trio.CapacityLimiter`, so:
   coalesce in the child's one-value slot: the next call sees only the newest;
 - a handler that raises is retried with backoff: `RetryAfter(delay_s)` waits exactly
   `delay_s`, anything else the key's exponential delay (`Backoff`). The retry takes the
-  newest value; a newer value does not cut the wait short nor reset the backoff, only a
-  successful call does. The exception is logged once, with the key and traceback; it never
+  newest value; a newer value does not cut the wait short (the owner may, with
+  `expedite(key)`, for a change that makes the wait pointless) nor reset the backoff: only
+  a successful call does. The exception is logged once, with the key and traceback; it never
   reaches siblings or the manager. This is the one broad `except Exception` of the
   per-object path (STYLE: Errors);
 - a child with nothing to do exits after `idle_timeout_s`; a new value spawns it again. A
@@ -94,6 +95,7 @@ class _Actor(Generic[V]):
     """The state of one child: a one-value slot plus what statistics() reports."""
 
     __slots__ = (
+        "backoff_scope",
         "has_value",
         "idle_deadline",
         "retry_at",
@@ -113,6 +115,7 @@ class _Actor(Generic[V]):
         self.idle_deadline = 0.0  # trio time the child exits if still idle
         self.waiter: trio.lowlevel.Task | None = None  # set while parked idle
         self.scope: trio.CancelScope | None = None  # set while in a handler call
+        self.backoff_scope: trio.CancelScope | None = None  # set while backing off
 
     def put(self, value: V) -> bool:
         """Store the newest value and wake the child if parked; True if one was replaced."""
@@ -299,7 +302,9 @@ class KeyedActors(Generic[K, V]):
         while delay is not None:
             actor.state = "backoff"
             actor.retry_at = trio.current_time() + delay
-            await trio.sleep_until(actor.retry_at)
+            with trio.CancelScope(deadline=actor.retry_at) as actor.backoff_scope:
+                await trio.sleep_forever()
+            actor.backoff_scope = None
             actor.state = "waiting"
             async with self._limiter:
                 if actor.has_value or mailbox.pending(key):
@@ -370,6 +375,16 @@ class KeyedActors(Generic[K, V]):
             exc_info=exc,
         )
         return delay
+
+    def expedite(self, key: K) -> bool:
+        """Retry `key` now if its child is backing off (the newest value is taken, the
+        failure count kept: the next failure waits longer still). For a change that makes
+        the wait pointless, e.g. an object fixed or deleted by its owner; True if woken."""
+        actor = self._actors.get(key)
+        if actor is None or actor.backoff_scope is None:
+            return False
+        actor.backoff_scope.cancel()
+        return True
 
     # -- introspection ---------------------------------------------------------------------
     @property

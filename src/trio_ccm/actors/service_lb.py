@@ -65,6 +65,7 @@ import trio
 
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.keyed import KeyedActors
 from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
@@ -297,6 +298,8 @@ class _ServiceController:
         self.deferred_added = trio.Event()
         self.forced: set[str] = set()  # re-verification: ensure even if nothing changed
         self.node_pass: _NodeSyncPass | None = None
+        self.actors: KeyedActors[str, Service | None] | None = None
+        self.intent: dict[str, tuple[object, ...]] = {}  # what the owner last asked for
         rates = {family: (qps, burst) for family, qps, burst in ctx.settings.cloud_rates}
         qps = rates.get("load_balancers", (DEFAULT_RATES["load_balancers"].qps, 0))[0]
         self.verify_interval_s = 1.0 / (qps * VERIFY_SHARE)
@@ -309,6 +312,7 @@ class _ServiceController:
                 self.deferred.pop(key, None)
                 if key in self.cache:
                     self.inbox.put(key, None)
+                self.expedite_if_changed(key, None)
                 continue
             if not (wants_load_balancer(service) or _has_finalizer(service) or key in self.cache):
                 continue
@@ -319,6 +323,29 @@ class _ServiceController:
                     continue
             self.deferred.pop(key, None)
             self.inbox.put(key, service)
+            self.expedite_if_changed(key, service)
+
+    def expedite_if_changed(self, key: str, service: Service | None) -> None:
+        """A Service backing off after a failure is retried at once when its owner changed
+        what it asks for (fixed it, deleted it, or no longer wants a load balancer), as
+        upstream's queue does; our own status and finalizer writes do not count."""
+        intent = (
+            ()
+            if service is None
+            else (
+                _fingerprint(service),
+                bool(service.metadata.deletion_timestamp),
+                wants_load_balancer(service),
+            )
+        )
+        previous = self.intent.get(key)
+        if service is None:
+            self.intent.pop(key, None)
+        else:
+            self.intent[key] = intent
+        changed = previous is not None and previous != intent
+        if changed and self.actors is not None and self.actors.expedite(key):
+            log.info("service.retry-expedited", service=key, reason="the Service changed")
 
     @staticmethod
     def looks_provisioned(service: Service) -> bool:
@@ -628,16 +655,20 @@ class _ServiceController:
             except Exception as exc:
                 raise CcmError(f"failed to delete load balancer: {exc}") from exc
         self.synced.pop(key, None)
+        # The status first, then the finalizer (upstream does it the other way round): a
+        # crash or failure in between is retried while the finalizer is still there,
+        # instead of leaving a Service that no longer wants a load balancer advertising an
+        # address the cloud may give to another.
         try:
+            if service.status.load_balancer.ingress:
+                await self.patch_status(key, set_load_balancer_status(()))
             if _has_finalizer(service):
                 await self.patch_status(
                     key, remove_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
                 )
-            self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
-            if service.status.load_balancer.ingress:
-                await self.patch_status(key, set_load_balancer_status(()))
         except NotFoundError:
-            pass  # gone with its last finalizer
+            pass  # gone already (a finalizer removed by someone else)
+        self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
         self.cache.pop(key, None)
         log.info("service.load-balancer-cleaned-up", service=key, existed=exists)
 
@@ -669,6 +700,7 @@ async def run(ctx: ControllerContext) -> None:
             ),
             backoff=Backoff(SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S),
         )
+        controller.actors = actors
         async with trio.open_nursery() as nursery:
             nursery.start_soon(controller.route, mailbox)
             nursery.start_soon(actors.serve, controller.inbox)

@@ -265,6 +265,33 @@ async def test_a_newer_snapshot_is_retried_without_resetting_the_backoff(
     assert handler.calls == [(0.0, "k", "v1"), (5.0, "k", "v2"), (15.0, "k", "v3")]
 
 
+async def test_expedite_retries_now_and_keeps_the_failure_count(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """expedite(key) ends a backoff at once with the newest value; the next failure still
+    waits the longer delay (10 s, not 5 s). A key not backing off is not woken."""
+    handler = Recorder(script={"k": [BoomError(), BoomError(), BoomError(), None]})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    woken: list[bool] = []
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            mailbox.put("k", "v1")
+            await trio.sleep_until(2.0)
+            mailbox.put("k", "v2")
+            woken.append(actors.expedite("k"))
+            woken.append(actors.expedite("other"))
+            await trio.sleep_until(100.0)
+            woken.append(actors.expedite("k"))
+    assert handler.calls == [
+        (0.0, "k", "v1"),
+        (2.0, "k", "v2"),
+        (12.0, "k", "v2"),
+        (32.0, "k", "v2"),
+    ]
+    assert woken == [True, False, False]
+
+
 async def test_success_resets_the_backoff(autojump_clock: trio.testing.MockClock) -> None:
     """After a success, the next failure of the key waits the base delay again."""
     handler = Recorder(script={"k": [BoomError(), None, BoomError(), None]})
