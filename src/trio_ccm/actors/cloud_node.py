@@ -75,7 +75,8 @@ _LEGACY_LABELS: Final = (
     (LABEL_REGION_LEGACY, LABEL_REGION),
     (LABEL_INSTANCE_TYPE_LEGACY, LABEL_INSTANCE_TYPE),
 )
-_DELAY_BUCKETS: Final = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+# Upstream's buckets (ExponentialBuckets(1, 4, 6)), so existing dashboards keep working.
+_DELAY_BUCKETS: Final = (1, 4, 16, 64, 256, 1024)
 
 
 def _rv(node: Node) -> int:
