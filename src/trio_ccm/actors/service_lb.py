@@ -34,9 +34,11 @@ Improvements:
 - **Concurrent**: one actor per Service, up to max(`--concurrent-service-syncs`, 100) at
   once (upstream: `--concurrent-service-syncs` workers, 1 by default). The cloud budget
   (`--cloud-api-rate load_balancers=...`) paces the cloud calls, not a worker count.
-- **Node-set changes are coalesced** (1 s from the first change) and pushed to every load
-  balancer at once (each through `update_load_balancer`, within the budget), instead of one
-  load balancer after another on one worker.
+- **Node-set changes are coalesced** (pushed once the set has not changed for 1 s, or 10 s
+  after the first change) and pushed to every load balancer at once (each through
+  `update_load_balancer`, within the budget), instead of one load balancer after another on
+  one worker. The backends (and the providers' views of them) are computed once per
+  change, not once per load balancer.
 - **The Nodes a load balancer has are recorded only after the cloud said yes**; a failed
   update leaves the Service marked stale, and its retry is a full ensure.
 - **Restarts are gentle**: Services that look provisioned (finalizer, ingress, not being
@@ -73,6 +75,7 @@ from trio_ccm.cloud.provider import (
     ImplementedElsewhere,
     LoadBalancers,
     LoadBalancerStatus,
+    NodeInfo,
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import NotFoundError
@@ -114,7 +117,8 @@ __all__ = ["ServiceMetrics", "requires", "run", "stable_node", "wants_load_balan
 log = structlog.get_logger("trio_ccm.actors.service_lb")
 
 MIN_CONCURRENCY: Final = 100
-NODE_SYNC_COALESCE_S: Final = 1.0
+NODE_SYNC_COALESCE_S: Final = 1.0  # quiet time that ends a node-set change ...
+NODE_SYNC_MAX_WAIT_S: Final = 10.0  # ... unless it keeps changing for this long
 VERIFY_SHARE: Final = 0.5  # of the load-balancer family's rate, for re-verification
 DRIFT_CHECK_PERIOD_S: Final = 1800.0
 _NODE_NAMES_LIMIT: Final = 20
@@ -274,6 +278,16 @@ class _Synced:
     ingress: tuple[LoadBalancerIngress, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Backends:
+    """The stable Nodes as load balancers get them: the Nodes, their set, the providers'
+    views (computed once per change of the Nodes, not once per load balancer)."""
+
+    nodes: tuple[Node, ...]
+    node_set: NodeSet
+    infos: tuple[NodeInfo, ...]
+
+
 class _NodeSyncPass:
     """One push of a new node set: the Services still to be updated, for the latency metric."""
 
@@ -300,6 +314,8 @@ class _ServiceController:
         self.node_pass: _NodeSyncPass | None = None
         self.actors: KeyedActors[str, Service | None] | None = None
         self.intent: dict[str, tuple[object, ...]] = {}  # what the owner last asked for
+        self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
+        self.backends = self.refresh_backends()
         rates = {family: (qps, burst) for family, qps, burst in ctx.settings.cloud_rates}
         qps = rates.get("load_balancers", (DEFAULT_RATES["load_balancers"].qps, 0))[0]
         self.verify_interval_s = 1.0 / (qps * VERIFY_SHARE)
@@ -383,20 +399,29 @@ class _ServiceController:
                     self.deferred[key] = None
 
     async def watch_nodes(self) -> None:
-        """Push a changed node set to every load balancer, once the changes have settled."""
+        """Push a changed node set to every load balancer, once the changes have settled:
+        no change of the set for NODE_SYNC_COALESCE_S, or NODE_SYNC_MAX_WAIT_S after the
+        first. Readiness, heartbeats and labels other than the exclusion label are no
+        change (upstream's predicates)."""
         mailbox = self.ctx.nodes.subscribe()
         try:
-            current = self.node_set(self.stable_nodes())
+            current = self.backends.node_set
             while True:
                 await mailbox.get()
-                await trio.sleep(NODE_SYNC_COALESCE_S)
-                while len(mailbox):
-                    mailbox.get_nowait()
-                nodes = self.stable_nodes()
-                new = self.node_set(nodes)
-                if new == current:
+                give_up_at = trio.current_time() + NODE_SYNC_MAX_WAIT_S
+                seen = self.node_set(self.stable_nodes())
+                while trio.current_time() < give_up_at:
+                    await trio.sleep(NODE_SYNC_COALESCE_S)
+                    while len(mailbox):
+                        mailbox.get_nowait()
+                    now = self.node_set(self.stable_nodes())
+                    if now == seen:
+                        break
+                    seen = now
+                backends = self.refresh_backends()
+                if backends.node_set == current:
                     continue
-                current = new
+                current = backends.node_set
                 # Load balancers ensured this term, and those still waiting for their gentle
                 # re-verification after a restart (their backends may be stale).
                 keys = {
@@ -405,7 +430,11 @@ class _ServiceController:
                     if (service := self.ctx.services.get(key)) is not None
                     and wants_load_balancer(service)
                 }
-                log.info("service.node-set-changed", nodes=len(nodes), load_balancers=len(keys))
+                log.info(
+                    "service.node-set-changed",
+                    nodes=len(backends.nodes),
+                    load_balancers=len(keys),
+                )
                 self.node_pass = _NodeSyncPass(set(keys)) if keys else None
                 for key in sorted(keys):
                     service = self.ctx.services.get(key)
@@ -423,6 +452,20 @@ class _ServiceController:
     @staticmethod
     def node_set(nodes: Sequence[Node]) -> NodeSet:
         return frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
+
+    def refresh_backends(self) -> _Backends:
+        """Read the stable Nodes again; a Node's view is rebuilt only if it changed."""
+        nodes = self.stable_nodes()
+        infos: dict[str, tuple[str, NodeInfo]] = {}
+        for node in nodes:
+            name, version = node.metadata.name, node.metadata.resource_version
+            cached = self.infos.get(name)
+            infos[name] = cached if cached and cached[0] == version else (version, node_info(node))
+        self.infos = infos
+        self.backends = _Backends(
+            tuple(nodes), self.node_set(nodes), tuple(infos[n.metadata.name][1] for n in nodes)
+        )
+        return self.backends
 
     def node_pass_done(self, key: str, *, failed: bool = False) -> None:
         current = self.node_pass
@@ -517,8 +560,7 @@ class _ServiceController:
             self.node_pass_done(key)
             return
         self.invalid.pop(key, None)
-        nodes = self.stable_nodes()
-        node_set = self.node_set(nodes)
+        backends = self.backends
         previous = self.synced.get(key)
         current_ingress = service.status.load_balancer.ingress
         unchanged = (
@@ -529,19 +571,18 @@ class _ServiceController:
         )
         if unchanged and not force:
             assert previous is not None
-            if previous.nodes != node_set:
-                await self.update_hosts(key, service, nodes, node_set, previous)
+            if previous.nodes != backends.node_set:
+                await self.update_hosts(key, service, backends, previous)
             self.node_pass_done(key)
             return
-        await self.ensure(key, service, nodes, node_set, quiet=force and unchanged)
+        await self.ensure(key, service, backends, quiet=force and unchanged)
         self.node_pass_done(key)
 
     async def ensure(
         self,
         key: str,
         service: Service,
-        nodes: Sequence[Node],
-        node_set: NodeSet,
+        backends: _Backends,
         *,
         quiet: bool,
     ) -> None:
@@ -555,21 +596,19 @@ class _ServiceController:
                 key, add_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
             )
             log.info("service.finalizer-added", service=key)
-        if not nodes:
+        if not backends.nodes:
             self.ctx.events.warning(
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
         info = service_info(service)
         try:
-            status = await self.lbs.ensure_load_balancer(
-                self.cluster, info, [node_info(n) for n in nodes]
-            )
+            status = await self.lbs.ensure_load_balancer(self.cluster, info, backends.infos)
         except ImplementedElsewhere:
             log.info("service.implemented-elsewhere", service=key)
             self.synced[key] = _Synced(
                 service.metadata.uid,
                 _fingerprint(service),
-                node_set,
+                backends.node_set,
                 service.status.load_balancer.ingress,
             )
             return
@@ -586,15 +625,18 @@ class _ServiceController:
                 service=key,
                 ingress=[i.ip or i.hostname for i in ingress],
             )
-        self.synced[key] = _Synced(service.metadata.uid, _fingerprint(service), node_set, ingress)
-        log.info("service.load-balancer-ensured", service=key, nodes=len(nodes), quiet=quiet)
+        self.synced[key] = _Synced(
+            service.metadata.uid, _fingerprint(service), backends.node_set, ingress
+        )
+        log.info(
+            "service.load-balancer-ensured", service=key, nodes=len(backends.nodes), quiet=quiet
+        )
 
     async def update_hosts(
         self,
         key: str,
         service: Service,
-        nodes: Sequence[Node],
-        node_set: NodeSet,
+        backends: _Backends,
         previous: _Synced,
     ) -> None:
         """Only the backends changed: `update_load_balancer`; recorded after success."""
@@ -604,10 +646,10 @@ class _ServiceController:
         started = trio.current_time()
         missing = False
         try:
-            await self.lbs.update_load_balancer(self.cluster, info, [node_info(n) for n in nodes])
+            await self.lbs.update_load_balancer(self.cluster, info, backends.infos)
         except ImplementedElsewhere:
             # A no-op for the provider, and no Event (upstream).
-            self.synced[key] = dataclasses.replace(previous, nodes=node_set)
+            self.synced[key] = dataclasses.replace(previous, nodes=backends.node_set)
             return
         except Exception as exc:
             self.synced.pop(key, None)  # a retry is a full ensure
@@ -615,8 +657,8 @@ class _ServiceController:
                 self.ctx.events.warning(
                     ref,
                     REASON_UPDATE_LB_FAILED,
-                    f"Error updating load balancer with new hosts {_names(nodes)} [node names "
-                    f"limited, total number of nodes: {len(nodes)}], error: {exc}",
+                    f"Error updating load balancer with new hosts {_names(backends.nodes)} [node "
+                    f"names limited, total number of nodes: {len(backends.nodes)}], error: {exc}",
                 )
                 raise
             missing = True
@@ -625,16 +667,16 @@ class _ServiceController:
         if missing:
             # Gone from the cloud (drift): build it again rather than report success.
             log.warning("service.load-balancer-missing", service=key)
-            await self.ensure(key, service, nodes, node_set, quiet=False)
+            await self.ensure(key, service, backends, quiet=False)
             return
-        self.synced[key] = dataclasses.replace(previous, nodes=node_set)
-        if nodes:
+        self.synced[key] = dataclasses.replace(previous, nodes=backends.node_set)
+        if backends.nodes:
             self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
         else:
             self.ctx.events.warning(
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
-        log.info("service.hosts-updated", service=key, nodes=len(nodes))
+        log.info("service.hosts-updated", service=key, nodes=len(backends.nodes))
 
     async def clean_up(self, key: str, service: Service) -> None:
         """Upstream's delete branch: the load balancer, then the finalizer, then the status."""

@@ -459,6 +459,37 @@ async def test_node_set_change_is_coalesced_and_pushed_to_every_load_balancer(
         assert len(updated) == 5
 
 
+async def test_a_slow_node_wave_is_pushed_once_it_settles(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Nodes arriving every 0.5 s for 3 s: one push, at the first 1 s step in which the set
+    did not change (t=4); a set that keeps changing for longer than 10 s is pushed at 10 s
+    all the same."""
+    async with open_world() as world:
+        world.register("node-00", taints=[])
+        created = [world.api.create(lb_service(f"web-{i}")) for i in range(3)]
+        async with running(world, SERVICE_LB):
+            await trio.sleep(30)
+            started = trio.current_time()
+            for i in range(1, 7):
+                world.register(f"node-{i:02}", taints=[])
+                await trio.sleep(0.5)
+            await trio.sleep(30)
+            updates = world.cloud.calls_by("SetLoadBalancerBackends")
+            assert len(updates) == 3
+            assert {round(c.time - started, 6) for c in updates} == {4.0}
+            assert all(len(backends(world, svc) or ()) == 7 for svc in created)
+            world.cloud.clear_calls()
+            started = trio.current_time()
+            for i in range(7, 37):
+                world.register(f"node-{i:02}", taints=[])
+                await trio.sleep(0.5)
+            await trio.sleep(30)
+            times = sorted({round(c.time - started, 6) for c in world.cloud.calls_by()})
+            assert times[0] == 10.0
+            assert all(len(backends(world, svc) or ()) == 37 for svc in created)
+
+
 async def test_failed_backend_update_is_recorded_only_after_success(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -143,6 +143,7 @@ class SimCloud:
         terminated_retention_s: float = 0.0,
         lb_provisioning_s: float = 0.0,
         lb_hostnames: bool = False,
+        lb_network: str = str(INGRESS_NETWORK),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.seed = seed
@@ -154,6 +155,8 @@ class SimCloud:
         """How long a new load balancer is `provisioning` (no ingress; PUT answers 202)."""
         self.lb_hostnames = lb_hostnames
         """Whether load balancers get a DNS name besides their IP."""
+        self.lb_network = ipaddress.ip_network(lb_network)
+        """The IPv4 pool ingress addresses come from (203.0.113.0/24: 254 load balancers)."""
         self.faults = Faults(random.Random(f"{seed}/faults"))  # noqa: S311 - dice, not secrets
         self.calls: list[Call] = []
         self._wall_clock = wall_clock
@@ -615,7 +618,7 @@ class SimCloud:
                 network = ipaddress.ip_network(value)
             except ValueError as exc:
                 raise bad_request(f"{what}: source range {value!r}: {exc}") from exc
-            if network.version != INGRESS_NETWORK.version:
+            if network.version != 4:
                 raise bad_request(
                     f"{what}: source range {value} is IPv6; the load balancers are IPv4 only"
                 )
@@ -625,7 +628,7 @@ class SimCloud:
     def _claim_ip(self, requested: str, name: str) -> str:
         used = {lb.ingress_ip for lb in self._load_balancers.values() if lb.name != name}
         if not requested:
-            for address in INGRESS_NETWORK.hosts():
+            for address in self.lb_network.hosts():
                 if str(address) not in used:
                     return str(address)
             raise SimApiError(503, f"load balancer {name}: the address pool is exhausted")
@@ -633,12 +636,12 @@ class SimCloud:
             address = ipaddress.ip_address(requested)
         except ValueError as exc:
             raise bad_request(f"load balancer {name}: {requested!r} is not an IP") from exc
-        if address not in INGRESS_NETWORK or address in (
-            INGRESS_NETWORK.network_address,
-            INGRESS_NETWORK.broadcast_address,
+        if address not in self.lb_network or address in (
+            self.lb_network.network_address,
+            self.lb_network.broadcast_address,
         ):
             raise bad_request(
-                f"load balancer {name}: {requested} is not in the pool {INGRESS_NETWORK}"
+                f"load balancer {name}: {requested} is not in the pool {self.lb_network}"
             )
         if requested in used:
             raise conflict(f"load balancer {name}: {requested} is in use")
