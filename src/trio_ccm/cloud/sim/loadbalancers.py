@@ -12,9 +12,11 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
 from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
-from trio_ccm.kube.wellknown import ANNOTATION_LB_SOURCE_RANGES
 
 MAX_NAME_LENGTH = 32
+# Upstream's v1.AnnotationLoadBalancerSourceRangesKey (providers sit beside the kube layer,
+# so the name is repeated here rather than imported from trio_ccm.kube.wellknown).
+ANNOTATION_LB_SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
 ANNOTATION_DESCRIPTION = "sim.trio-ccm.dev/load-balancer-description"
 """A Service annotation the sim provider copies into its load balancer's description."""
 
