@@ -36,8 +36,8 @@ rules:
 """
 
 UNSERVED_KIND = """
-apiVersion: apps/v1
-kind: Deployment
+apiVersion: batch/v1
+kind: Job
 metadata: {name: web}
 """
 
@@ -131,7 +131,7 @@ def test_unreadable_rbac_file_is_refused(
             id="cluster-binding-to-role",
         ),
         pytest.param(
-            UNSERVED_KIND, "the emulator does not serve Deployment in apps/v1", id="unserved-kind"
+            UNSERVED_KIND, "the emulator does not serve Job in batch/v1", id="unserved-kind"
         ),
         pytest.param("rules: [unclosed", "while parsing a flow sequence", id="not-yaml"),
     ],

@@ -306,12 +306,29 @@ class ApiServer:
                 route.rtype.plural,
                 route.subresource,
                 route.namespace,
-                route.name,
+                route.name or self._selected_name(request, verb),
             )
         )
         if isinstance(route.rtype, ReviewType):
             return self._review(request, user, route)
         return await self._resource(request, route, verb, user)
+
+    @staticmethod
+    def _selected_name(request: Request, verb: str) -> str:
+        """The name a list or watch is authorized for: upstream's RequestInfo takes it from
+        a field selector pinning `metadata.name` (`=` or `==`), so a rule limited by
+        `resourceNames` allows watching that one object. A name that is no valid path
+        segment, or a selector that does not parse, names nothing."""
+        if verb not in ("list", "watch"):
+            return ""
+        try:
+            fields = parse_field_selector(request.arg("fieldSelector"))
+        except SelectorError:
+            return ""
+        name = fields.requires_exact_match("metadata.name") or ""
+        if name in (".", "..") or "/" in name or "%" in name:
+            return ""
+        return name
 
     def _authorize(self, attrs: Attributes) -> None:
         if not self.rbac:
