@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -63,7 +64,14 @@ class KubeApiError(KubeError):
             if details is not None and details.retry_after_seconds
             else None
         )
-        super().__init__(f"{method} {path}: {status.code} {status.reason}: {status.message}")
+        text = f"{method} {path}: {status.code} {status.reason}: {status.message}"
+        fix = self.fix(status)
+        super().__init__(f"{text}; {fix}" if fix else text)
+
+    @staticmethod
+    def fix(_status: Status) -> str:
+        """What to do about it, when the status says enough ("" otherwise)."""
+        return ""
 
     @property
     def message(self) -> str:
@@ -79,7 +87,42 @@ class UnauthorizedError(KubeApiError):
 
 
 class ForbiddenError(KubeApiError):
-    pass
+    """403: not allowed. When the API server's authorizer said so, the message names the
+    verb, resource, scope and account, and what to add to the account's RBAC roles."""
+
+    @staticmethod
+    def fix(status: Status) -> str:
+        return rbac_fix(status.message)
+
+
+# The authorizer's reason, as kube-apiserver words it (responsewriters.forbiddenMessage).
+_DENIED = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) (?:'
+    r'resource "(?P<resource>[^"]*)" in API group "(?P<group>[^"]*)"'
+    r'(?: in the namespace "(?P<namespace>[^"]*)")?'
+    r'|path "(?P<path>[^"]*)")'
+)
+
+
+def rbac_fix(message: str) -> str:
+    """What RBAC must grant for a denial `message` ("" when it is no authorization denial,
+    e.g. a namespace being terminated)."""
+    denied = _DENIED.search(message)
+    if denied is None:
+        return ""
+    user, verb = denied["user"], denied["verb"]
+    if denied["path"] is not None:
+        return (
+            f'fix: a ClusterRole bound to "{user}" must grant verb "{verb}" on the '
+            f'non-resource URL "{denied["path"]}"'
+        )
+    where = "ClusterRole"
+    if denied["namespace"] is not None:
+        where = f'Role in the namespace "{denied["namespace"]}" (or a ClusterRole)'
+    return (
+        f'fix: the {where} bound to "{user}" (deploy/rbac.yaml) must grant verb "{verb}" '
+        f'on "{denied["resource"]}" in API group "{denied["group"]}"'
+    )
 
 
 class NotFoundError(KubeApiError):

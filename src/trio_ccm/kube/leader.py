@@ -50,7 +50,7 @@ import structlog
 import trio
 
 from trio_ccm.errors import CcmError, ConfigError
-from trio_ccm.kube.client import KubeClient, KubeError, NotFoundError
+from trio_ccm.kube.client import ForbiddenError, KubeClient, KubeError, NotFoundError
 from trio_ccm.kube.events import EventRecorder, ObjectRef, utc_now
 from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_number
 from trio_ccm.kube.patches import JSONValue
@@ -355,7 +355,10 @@ class LeaderElector:
                     async for event in events:
                         self._watched(event.type, event.object)
             except KubeError as exc:
-                log.debug("lease.watch-failed", lease=self._describe(), error=str(exc))
+                # Routine (a dropped watch) at debug; refused by RBAC, which no retry mends,
+                # at warning.
+                report = log.warning if isinstance(exc, ForbiddenError) else log.debug
+                report("lease.watch-failed", lease=self._describe(), error=str(exc))
             await trio.sleep(self.retry_period_s)
 
     def _watched(self, kind: str, raw: msgspec.Raw) -> None:
@@ -509,7 +512,8 @@ class LeaderElector:
         try:
             self._lease = await self.client.create(LEASES, body, namespace=self.namespace)
         except KubeError as exc:
-            log.info("lease.create-failed", lease=self._describe(), error=str(exc))
+            report = log.warning if isinstance(exc, ForbiddenError) else log.info
+            report("lease.create-failed", lease=self._describe(), error=str(exc))
             return False
         self._observe(record)
         return True
@@ -544,8 +548,9 @@ class LeaderElector:
             log.info("lease.holder-observed", lease=self._describe(), holder=holder)
 
     def _failed(self, event: str, exc: KubeError) -> None:
-        """A failed attempt: a warning while leading (a renewal), else routine while waiting."""
-        report = log.warning if self._leading else log.info
+        """A failed attempt: a warning while leading (a renewal) or when RBAC refused it (no
+        retry mends that), else routine while waiting."""
+        report = log.warning if self._leading or isinstance(exc, ForbiddenError) else log.info
         report(event, lease=self._describe(), identity=self.identity, error=str(exc))
 
     def _holding(self) -> bool:
