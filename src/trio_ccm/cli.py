@@ -271,8 +271,18 @@ async def _stop_at_first_signal(signals: AsyncIterator[int], nursery: trio.Nurse
         break
 
 
+def _process_registry() -> prometheus_client.CollectorRegistry:
+    """The process's /metrics registry: upstream's series only (no `_created` twins, which
+    client-go does not have), plus `process_*` as the Go CCM exports them."""
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.ProcessCollector(registry=registry)
+    return registry
+
+
 def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
     shutdown = _Shutdown()
+    registry = _process_registry()
 
     async def run() -> None:
         holder: list[Serving] = []
@@ -281,7 +291,7 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
                 async with trio.open_nursery() as nursery:
 
                     async def replica(*, task_status: trio.TaskStatus[Serving]) -> None:
-                        await serve(settings, provider, task_status=task_status)
+                        await serve(settings, provider, registry=registry, task_status=task_status)
                         nursery.cancel_scope.cancel()  # returned: stop watching signals
 
                     nursery.start_soon(
