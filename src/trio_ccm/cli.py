@@ -44,6 +44,7 @@ from trio_ccm.settings import FlagError, Settings, parse_flags, usage, wants_hel
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 
 if TYPE_CHECKING:
+    from trio_ccm.testing.apiserver import ApiServer
     from trio_ccm.testing.testbed import Census, Testbed
 
 __all__ = ["main"]
@@ -371,6 +372,21 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
+def _load_rbac(server: ApiServer, files: Sequence[str]) -> str | None:
+    """Load `--rbac` files into the emulator; the problem (naming the file), or None."""
+    for name in files:
+        try:
+            text = Path(name).read_text()
+        except OSError as exc:
+            return f"--rbac {name}: cannot read the file: {exc.strerror}"
+        try:
+            server.load_manifest_text(text)
+        except Exception as exc:  # any bad document: report it against its file
+            message = getattr(exc, "message", None) or str(exc)
+            return f"--rbac {name}: {message}"
+    return None
+
+
 def run_apiserver(argv: Sequence[str]) -> int:
     from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 
@@ -386,16 +402,9 @@ def run_apiserver(argv: Sequence[str]) -> int:
     if args.rbac and not token:
         token = secrets.token_urlsafe(24)
     server = ApiServer(admin_token=token, rbac=bool(args.rbac), seed=args.seed)
-    for name in args.rbac:
-        try:
-            text = Path(name).read_text()
-        except OSError as exc:
-            return _fail(f"--rbac {name}: cannot read the file: {exc.strerror}")
-        try:
-            server.load_manifest_text(text)
-        except Exception as exc:  # any bad document: report it against its file
-            message = getattr(exc, "message", None) or str(exc)
-            return _fail(f"--rbac {name}: {message}")
+    problem = _load_rbac(server, args.rbac)
+    if problem:
+        return _fail(problem)
 
     async def run() -> int:
         with trio.open_signal_receiver(*_SIGNALS) as signals:
@@ -453,6 +462,15 @@ def _testbed_parser() -> argparse.ArgumentParser:
         required=True,
         help="write a cloud config for --cloud-provider=sim to PATH",
     )
+    parser.add_argument(
+        "--rbac",
+        metavar="FILE",
+        nargs="*",
+        default=None,
+        help="enforce RBAC (needs --tls: clients send no token over plain HTTP), loading "
+        "Roles, ClusterRoles, bindings and ServiceAccounts from these YAML files, if any "
+        "(or apply them later with the kubeconfig); the kubeconfig gets an admin token",
+    )
     _add_listener_arguments(parser)
     return parser
 
@@ -505,9 +523,14 @@ async def _open_world(
     from trio_ccm.testing.cloud import SimCloud, serve_sim_cloud
     from trio_ccm.testing.testbed import Testbed
 
-    api = ApiServer(seed=args.seed)
+    rbac: list[str] | None = getattr(args, "rbac", None)
+    token = secrets.token_urlsafe(24) if rbac is not None else None
+    api = ApiServer(admin_token=token, rbac=rbac is not None, seed=args.seed)
+    problem = _load_rbac(api, rbac or [])
+    if problem:
+        raise ConfigError(problem)
     cloud = SimCloud(seed=args.seed)
-    testbed = Testbed(api, cloud, heartbeat_s=args.heartbeat, seed=args.seed)
+    testbed = Testbed(api, cloud, heartbeat_s=args.heartbeat, seed=args.seed, token=token)
     testbed.add_nodes(nodes)
     api_listening = await nursery.start(
         partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
@@ -515,7 +538,7 @@ async def _open_world(
     cloud_listening = await nursery.start(
         partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
     )
-    written = api_listening.write_kubeconfig(kubeconfig)
+    written = api_listening.write_kubeconfig(kubeconfig, token)
     await nursery.start(testbed.serve)
     return _World(testbed, api_listening.url, cloud_listening.url, written)
 
@@ -546,6 +569,10 @@ def run_testbed(argv: Sequence[str]) -> int:
                         nursery, args, nodes=args.nodes, kubeconfig=args.kubeconfig_out
                     )
                     write_cloud_config(args.cloud_config_out, url=world.cloud_url)
+                except ConfigError as exc:
+                    nursery.cancel_scope.cancel()
+                    print(f"trio-ccm: error: {exc}", file=sys.stderr)
+                    return EXIT_USAGE
                 except OSError as exc:
                     nursery.cancel_scope.cancel()
                     print(f"trio-ccm: cannot start the testbed: {exc}", file=sys.stderr)

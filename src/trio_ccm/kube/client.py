@@ -332,13 +332,16 @@ class KubeClient:
         method: str,
         path: str,
         *,
-        verb: str,
         params: Mapping[str, str] | None = None,
         content: bytes | None = None,
         content_type: str | None = None,
         stream: bool = False,
     ) -> httpx.Response:
-        """Send one API request with rate limiting, auth, retries and error mapping."""
+        """Send one API request with rate limiting, auth, retries and error mapping.
+
+        The metrics' `verb` label is the HTTP method, as client-go's (a list or a watch is
+        a GET)."""
+        verb = method
         idempotent = method == "GET"
         attempt = 0
         refreshed = False
@@ -417,7 +420,7 @@ class KubeClient:
     async def get(
         self, resource: Resource, name: str, *, namespace: str = "", type: Any = None
     ) -> Any:
-        response = await self.request("GET", resource.path(namespace, name), verb="GET")
+        response = await self.request("GET", resource.path(namespace, name))
         return self.decode(response.content, type or Any)
 
     async def list(
@@ -443,7 +446,7 @@ class KubeClient:
             params["continue"] = continue_token
         if resource_version:
             params["resourceVersion"] = resource_version
-        response = await self.request("GET", resource.path(namespace), verb="LIST", params=params)
+        response = await self.request("GET", resource.path(namespace), params=params)
         return self.decode(response.content, ObjectList[type])  # type: ignore[valid-type]
 
     @asynccontextmanager
@@ -469,7 +472,7 @@ class KubeClient:
         if field_selector:
             params["fieldSelector"] = field_selector
         path = resource.path(namespace)
-        response = await self.request("GET", path, verb="WATCH", params=params, stream=True)
+        response = await self.request("GET", path, params=params, stream=True)
         try:
             yield self._events(response, path)
         finally:
@@ -516,7 +519,6 @@ class KubeClient:
         response = await self.request(
             method,
             path,
-            verb=method,
             content=msgspec.json.encode(document),
             content_type=content_type,
         )
