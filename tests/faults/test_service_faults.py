@@ -26,6 +26,8 @@ from tests.integration.controllers.conftest import (
     CountingTransport,
     ProviderDouble,
     World,
+    lb_name,
+    lb_service,
     open_world,
     running,
     settings,
@@ -50,36 +52,12 @@ RETRY_BASE_S, RETRY_CAP_S, JITTER = 5.0, 300.0, 0.1  # upstream's 5 s .. 300 s, 
 CONVERGE_UNDER_ERRORS_S = 1600.0
 
 
-def lb_service(name: str, *, annotations: dict[str, str] | None = None, **spec: Any) -> Any:
-    body: dict[str, Any] = {
-        "type": "LoadBalancer",
-        "selector": {"app": name},
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
-        "spec": body,
-    }
-
-
-def lb_name(service: dict[str, Any]) -> str:
-    return ("a" + service["metadata"]["uid"].replace("-", ""))[:32]
-
-
-def service(world: World, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = world.api.get("v1", "Service", name, "default")
-    return found
-
-
 def unconverged(world: World, names: Sequence[str], nodes: Sequence[str]) -> list[str]:
     """The Services without their load balancer on exactly `nodes`, the finalizer and the
     load balancer's ingress in their status."""
     left = []
     for name in names:
-        svc = service(world, name)
+        svc = world.service(name)
         lb = world.cloud.load_balancer(lb_name(svc))
         ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress")
         if (
@@ -319,8 +297,8 @@ async def test_cleanup_under_30_percent_errors_leaves_nothing(
             def cleaned() -> bool:
                 remaining = {lb.service for lb in world.cloud.load_balancers()}
                 return remaining == {f"default/{n}" for n in kept} and all(
-                    not service(world, n)["metadata"].get("finalizers")
-                    and not service(world, n).get("status", {}).get("loadBalancer")
+                    not world.service(n)["metadata"].get("finalizers")
+                    and not world.service(n).get("status", {}).get("loadBalancer")
                     for n in retyped
                 )
 
@@ -335,7 +313,7 @@ async def test_cleanup_under_30_percent_errors_leaves_nothing(
     assert left == set(retyped) | set(kept)
     assert unconverged(world, kept, NODES) == []
     for name in retyped:
-        assert service(world, name).get("status", {}).get("loadBalancer", {}) == {}, name
+        assert world.service(name).get("status", {}).get("loadBalancer", {}) == {}, name
 
 
 class _FailingTransport(CountingTransport):
@@ -399,6 +377,6 @@ async def test_a_failed_status_clear_is_retried_not_left_stale(
             await trio.sleep(RETRY_CAP_S)
         assert world.transport.failed == ["PATCH /api/v1/namespaces/default/services/web/status"]
         assert world.cloud.load_balancers() == []
-        web = service(world, "web")
+        web = world.service("web")
         assert web["metadata"].get("finalizers", []) == []
         assert web.get("status", {}).get("loadBalancer", {}) == {}, web["status"]

@@ -139,8 +139,33 @@ class World:
         )
         response.raise_for_status()
 
+    def service(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get("v1", "Service", name, namespace)
+        return found
+
     def taint_keys(self, name: str) -> list[str]:
         return [t["key"] for t in self.node(name)["spec"].get("taints", [])]
+
+
+def lb_service(
+    name: str, *, namespace: str = "default", annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    """A Service of type LoadBalancer (port 80/TCP) as a user writes it; `spec` overrides."""
+    body: dict[str, Any] = {
+        "type": "LoadBalancer",
+        "selector": {"app": name},
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+    }
+    body.update(spec)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": body}
+
+
+def lb_name(service: dict[str, Any]) -> str:
+    """The sim provider's load-balancer name: upstream's "a" + UID without dashes, 32 max."""
+    return ("a" + service["metadata"]["uid"].replace("-", ""))[:32]
 
 
 def settings(**changes: object) -> Settings:

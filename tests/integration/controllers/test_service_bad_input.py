@@ -27,14 +27,17 @@ from tests.faults.test_service_faults import (
     RETRY_CAP_S,
     SERVICE_LB,
     SOURCE_RANGES,
-    lb_name,
-    lb_service,
     register_nodes,
-    service,
     unconverged,
     wait_converged,
 )
-from tests.integration.controllers.conftest import World, open_world, running
+from tests.integration.controllers.conftest import (
+    World,
+    lb_name,
+    lb_service,
+    open_world,
+    running,
+)
 
 WINDOW_S = 1000.0  # attempts at ~0, 5, 15, 35, 75, 155, 315, 615, 915 s: nine
 MIXED_PORTS = [
@@ -123,7 +126,7 @@ async def test_a_service_the_cloud_refuses_is_retried_on_backoff_beside_a_good_o
             await trio.sleep_until(started + WINDOW_S)
             warnings = await warnings_for(world, "bad")
         assert world.cloud.load_balancer(lb_name(bad)) is None
-        assert service(world, "bad").get("status", {}).get("loadBalancer", {}) == {}
+        assert world.service("bad").get("status", {}).get("loadBalancer", {}) == {}
         assert unconverged(world, ["good"], NODES) == []
         assert len(puts_for(world, good)) == 1
     assert len(warnings) == 1  # one Event, its count aggregated
@@ -157,7 +160,7 @@ async def test_an_unparsable_source_range_annotation_costs_no_cloud_call(
             assert warning["count"] == 1
             assert SOURCE_RANGES in warning["message"]
             assert "'office' is not a CIDR" in warning["message"]
-            assert FINALIZER not in service(world, "bad")["metadata"].get("finalizers", [])
+            assert FINALIZER not in world.service("bad")["metadata"].get("finalizers", [])
             fixed_at = trio.current_time()
             response = await world.http.patch(
                 "/api/v1/namespaces/default/services/bad",
@@ -168,7 +171,7 @@ async def test_an_unparsable_source_range_annotation_costs_no_cloud_call(
             with trio.fail_after(1):
                 done = await wait_converged(world, ["bad"], NODES, step_s=0.01)
             assert done - fixed_at <= 0.01
-            lb = world.cloud.load_balancer(lb_name(service(world, "bad")))
+            lb = world.cloud.load_balancer(lb_name(world.service("bad")))
             assert lb is not None
             assert lb.source_ranges == ("10.0.0.0/8",)
 

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from tests.integration.controllers.conftest import (
     ProviderDouble,
     World,
+    lb_name,
+    lb_service,
     open_world,
     running,
     settings,
@@ -35,30 +37,6 @@ from trio_ccm.settings import Settings
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 SERVICE_LB = settings(controllers=("service-lb-controller",))
 SERVICES = "/api/v1/namespaces/default/services"
-
-
-def lb_service(name: str, *, namespace: str = "default", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": "LoadBalancer",
-        "selector": {"app": name},
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": body,
-    }
-
-
-def lb_name(service: dict[str, Any]) -> str:
-    return ("a" + service["metadata"]["uid"].replace("-", ""))[:32]
-
-
-def service(world: World, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = world.api.get("v1", "Service", name, "default")
-    return found
 
 
 def backends(world: World, created: dict[str, Any]) -> tuple[str, ...] | None:
@@ -103,7 +81,7 @@ async def test_ensure_adds_the_finalizer_first_then_the_status(
         created = world.api.create(lb_service("web"))
         async with running(world, SERVICE_LB):
             await trio.sleep(60)
-            svc = service(world, "web")
+            svc = world.service("web")
             lb = world.cloud.load_balancer(lb_name(created))
             assert lb is not None
             assert svc["metadata"]["finalizers"] == [FINALIZER]
@@ -136,7 +114,7 @@ async def test_which_services(
         world.api.create(lb_service("web", **spec))
         async with running(world, SERVICE_LB):
             await trio.sleep(30)
-        svc = service(world, "web")
+        svc = world.service("web")
         assert (svc["metadata"].get("finalizers") == [FINALIZER]) is managed
         assert bool(world.cloud.load_balancers()) is managed
         lb_calls = [c for c in world.cloud.calls_by() if "LoadBalancer" in c.method]
@@ -197,7 +175,7 @@ async def test_no_nodes_warns_and_still_ensures(autojump_clock: trio.testing.Moc
         assert [(e["type"], e["message"]) for e in events] == [
             ("Warning", "There are no available nodes for LoadBalancer")
         ]
-        assert service(world, "web")["status"]["loadBalancer"]["ingress"]
+        assert world.service("web")["status"]["loadBalancer"]["ingress"]
 
 
 @pytest.mark.parametrize(
@@ -248,7 +226,7 @@ async def test_retry_after_waits_exactly_and_backoff_grows(
         puts = [c.time for c in world.cloud.calls_by("PutLoadBalancer")]
         assert len(puts) == 2
         assert puts[1] - puts[0] == pytest.approx(7.0)
-        assert service(world, "slow")["status"]["loadBalancer"]["ingress"]
+        assert world.service("slow")["status"]["loadBalancer"]["ingress"]
 
     async with open_world() as world:
         world.register("node-a", taints=[])
@@ -261,7 +239,7 @@ async def test_retry_after_waits_exactly_and_backoff_grows(
         assert len(gaps) == 3
         for gap, full in zip(gaps, (5.0, 10.0, 20.0), strict=True):
             assert 0.9 * full <= gap <= full
-        assert service(world, "flaky")["status"]["loadBalancer"]["ingress"]
+        assert world.service("flaky")["status"]["loadBalancer"]["ingress"]
         failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
         assert failed[0]["message"].startswith("Error syncing load balancer: ")
         assert failed[0]["count"] == 3 or len(failed) == 3
@@ -319,7 +297,7 @@ async def test_ip_mode_is_kept(autojump_clock: trio.testing.MockClock) -> None:
 
         async with running(world, SERVICE_LB, wrap=wrap):
             await trio.sleep(30)
-        ingress = service(world, "web")["status"]["loadBalancer"]["ingress"]
+        ingress = world.service("web")["status"]["loadBalancer"]["ingress"]
         assert [i["ipMode"] for i in ingress] == ["Proxy"]
         assert status_writes(world, "web") == 2
 
@@ -343,7 +321,7 @@ async def test_implemented_elsewhere_is_silent_success(
             await trio.sleep(30)
             world.register("node-c", taints=[])
             await trio.sleep(30)
-            svc = service(world, "web")
+            svc = world.service("web")
             assert svc["metadata"]["finalizers"] == [FINALIZER]
             assert svc["status"]["loadBalancer"] == {}
             assert await reasons(world, "web") == ["EnsuringLoadBalancer"], await world.events()
@@ -399,7 +377,7 @@ async def test_failed_delete_keeps_the_finalizer_and_retries(
             world.cloud.faults.error("DeleteLoadBalancer", status=500, count=2)
             await delete(world, "web")
             await trio.sleep(2)
-            svc = service(world, "web")
+            svc = world.service("web")
             assert svc["metadata"]["deletionTimestamp"]
             assert svc["metadata"]["finalizers"] == [FINALIZER]
             assert len(world.cloud.load_balancers()) == 1
@@ -539,7 +517,7 @@ async def test_restart_reverifies_gently_and_new_services_go_first(
             await trio.sleep(60)
         puts = world.cloud.calls_by("PutLoadBalancer")
         assert len(puts) == 21
-        new_name = lb_name(service(world, "new"))
+        new_name = lb_name(world.service("new"))
         (new_put,) = [c for c in puts if c.target.endswith(new_name)]
         assert new_put.time - restarted < 0.1
         again = [c.time for c in puts if not c.target.endswith(new_name)]
@@ -562,7 +540,7 @@ async def test_drift_check_rebuilds_a_load_balancer_deleted_behind_our_back(
             world.cloud.remove_load_balancer(lb_name(created))
             await trio.sleep(1800)
             assert backends(world, created) == ("node-a",)
-            svc = service(world, "web")
+            svc = world.service("web")
             lb = world.cloud.load_balancer(lb_name(created))
             assert lb is not None
             assert svc["status"]["loadBalancer"]["ingress"] == [{"ip": lb.ingress_ip}]
@@ -592,7 +570,7 @@ async def test_other_services_are_not_held_up_by_a_failing_one(
         async with running(world, SERVICE_LB):
             await trio.sleep(1)
             assert backends(world, good) == ("node-a",)
-            assert service(world, "good")["status"]["loadBalancer"]["ingress"]
+            assert world.service("good")["status"]["loadBalancer"]["ingress"]
         failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
         assert {e["involvedObject"]["name"] for e in failed} == {"bad"}
         assert "protocol 'SCTP' is not one of TCP, UDP" in failed[0]["message"]
@@ -609,6 +587,6 @@ async def test_provider_status_shape(autojump_clock: trio.testing.MockClock) -> 
             await trio.sleep(30)
         lb = world.cloud.load_balancer(lb_name(created))
         assert lb is not None
-        assert service(world, "web")["status"]["loadBalancer"]["ingress"] == [
+        assert world.service("web")["status"]["loadBalancer"]["ingress"] == [
             {"ip": lb.ingress_ip, "hostname": lb.hostname}
         ]
