@@ -341,14 +341,13 @@ class KubeClient:
 
         The metrics' `verb` label is the HTTP method, as client-go's (a list or a watch is
         a GET)."""
-        verb = method
         idempotent = method == "GET"
         attempt = 0
         refreshed = False
         while True:
             waited = await self._bucket.acquire()
             if self.metrics is not None:
-                self.metrics.rate_limiter.labels(verb, self._host).observe(waited)
+                self.metrics.rate_limiter.labels(method, self._host).observe(waited)
             http, identity = await self._client()
             headers = {}
             if identity.token:
@@ -372,14 +371,14 @@ class KubeClient:
                 )
                 if idempotent and attempt < self.max_retries and not _permanent(exc):
                     attempt += 1
-                    self._count_retry("<error>", verb)
+                    self._count_retry("<error>", method)
                     await trio.sleep(self._backoff(attempt))
                     continue
                 raise unreachable from exc
             if self.metrics is not None:
                 code = str(response.status_code)
                 self.metrics.requests.labels(code, method, self._host).inc()
-                self.metrics.duration.labels(verb, self._host).observe(
+                self.metrics.duration.labels(method, self._host).observe(
                     trio.current_time() - started
                 )
             if response.status_code < 400:
@@ -394,7 +393,7 @@ class KubeClient:
             retryable = response.status_code == 429 or (idempotent and response.status_code >= 500)
             if retryable and attempt < self.max_retries:
                 attempt += 1
-                self._count_retry(str(response.status_code), verb)
+                self._count_retry(str(response.status_code), method)
                 delay = error.retry_after_s
                 if delay is None:
                     delay = self._backoff(attempt)
