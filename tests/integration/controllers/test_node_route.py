@@ -475,3 +475,22 @@ async def test_a_create_waits_only_for_deletes_it_could_collide_with(
         assert times(world, "CreateRoute") == [create_at]
         assert table(world) == [("node-a", "10.244.1.0/24")]
         assert network(world, "node-a") == ROUTE_CREATED
+
+
+async def test_at_most_200_route_operations_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """250 Nodes needing routes, each CreateRoute taking 1 s, a budget that does not bind:
+    200 creates go out at once (upstream's maxConcurrentRouteOperations), the other 50 as
+    slots free up, 1 s later."""
+    async with open_world() as world:
+        for i in range(250):
+            add_node(world, f"node-{i:03}", [f"10.244.{i}.0/24"], instance=False)
+        world.cloud.faults.latency("CreateRoute", fixed_s=1.0)
+        cfg = route_settings(cloud_rates=(("routes", 10_000.0, 10_000),))
+        async with running(world, cfg):
+            await trio.sleep(5)
+        starts = times(world, "CreateRoute")
+        assert len(starts) == 250
+        first = min(starts)
+        assert sum(1 for t in starts if t == first) == 200
+        assert all(t == pytest.approx(first + 1.0) for t in starts if t != first)
+        assert len(world.cloud.routes()) == 250
