@@ -34,10 +34,12 @@ class CountingTransport(httpx.AsyncBaseTransport):
     def __init__(self, server: ApiServer) -> None:
         self.inner = server.transport()
         self.writes: list[tuple[str, str]] = []
+        self.write_times: list[float] = []  # trio time each write was sent
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.method in ("POST", "PUT", "PATCH", "DELETE"):
             self.writes.append((request.method, request.url.path))
+            self.write_times.append(trio.current_time())
         response: httpx.Response = await self.inner.handle_async_request(request)
         return response
 

@@ -3,6 +3,7 @@ never twice, released when Nodes go."""
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 from typing import Any
 
@@ -308,3 +309,27 @@ async def test_a_stale_cache_entry_never_allocates_twice(
         assert pod_cidrs(world, "node-a") == ["10.244.0.0/26"]
         assert pod_cidrs(world, "node-b") == ["10.244.0.64/26"]
         assert world.transport.node_writes("node-a") == [("PATCH", "/api/v1/nodes/node-a")]
+
+
+async def test_at_most_30_pod_cidr_writes_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    """100 Nodes, each write taking 1 s in the API server, a client bucket that does not
+    bind: writes go out 30 at a time (upstream's cidrUpdateWorkers)."""
+    names = [f"node-{i:03}" for i in range(100)]
+    async with open_world() as world:
+        register(world, *names)
+        world.api.faults.inject_latency(1.0, verb="patch", resource="nodes")
+        with trio.fail_after(60):
+            async with running(world, ipam(kube_api_qps=10_000.0, kube_api_burst=10_000)):
+                await trio.sleep(10)
+        sent = [
+            t
+            for (method, path), t in zip(
+                world.transport.writes, world.transport.write_times, strict=True
+            )
+            if method == "PATCH" and path.startswith("/api/v1/nodes/")
+        ]
+        assert len(sent) == 100
+        first = min(sent)
+        waves = collections.Counter(round(t - first, 6) for t in sent)
+        assert waves == {0.0: 30, 1.0: 30, 2.0: 30, 3.0: 10}
+        assert all(len(pod_cidrs(world, name)) == 1 for name in names)
