@@ -423,11 +423,6 @@ GRANT_PARAMS = [pytest.param(grant, id=grant.id) for grant in GRANTS]
 VERB_PARAMS = [
     pytest.param(grant, verb, id=f"{grant.id}:{verb}") for grant in GRANTS for verb in grant.verbs
 ]
-# Known gaps: these cases xfail on QuietReportError alone (any other failure still fails,
-# and a case that starts passing fails until it is taken out of here).
-# Refusals reported only below the default log level (none now: a refused Lease watch is
-# a warning since kube/leader.py tells ForbiddenError from a dropped watch).
-QUIET: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -599,12 +594,5 @@ async def test_every_verb_is_needed(
     with trio.fail_after(300):
         outcome = await run_scenario(without(MANIFEST, grant, verb))
     assert outcome.denied() == grant.permissions([verb])
-    case = f"{grant.id}:{verb}"
-    try:
-        for permission in sorted(outcome.denied()):
-            outcome.check_reported(permission)
-    except QuietReportError as exc:
-        if case in QUIET:
-            pytest.xfail(f"known gap: {QUIET[case]} ({exc})")
-        raise
-    assert case not in QUIET, f"{case} is now reported at a visible level: drop it from QUIET"
+    for permission in sorted(outcome.denied()):
+        outcome.check_reported(permission)
