@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trio_ccm.cloud.provider import NodeAddress, NodeInfo, ServiceInfo, ServicePort
 from trio_ccm.kube.events import ObjectRef
-from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Resource, Service
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import CONDITION_READY
 
@@ -29,10 +29,16 @@ def node_addresses(node: Node) -> tuple[NodeAddress, ...]:
     return tuple(NodeAddress(a.type, a.address) for a in node.status.addresses)
 
 
+def _ref(obj: Node | Service, resource: Resource) -> ObjectRef:
+    """An Event's involvedObject: apiVersion, kind, namespace, name, uid (no
+    resourceVersion, so repeats about one object aggregate)."""
+    meta = obj.metadata
+    return ObjectRef(resource.kind, meta.name, meta.namespace, meta.uid, resource.api_version)
+
+
 def node_ref(node: Node) -> ObjectRef:
-    """An Event's involvedObject for a Node (upstream: apiVersion v1, kind Node, name, uid)."""
-    meta = node.metadata
-    return ObjectRef(NODES.kind, meta.name, "", meta.uid, NODES.api_version)
+    """An Event's involvedObject for a Node."""
+    return _ref(node, NODES)
 
 
 def has_taint(node: Node, key: str) -> bool:
@@ -76,5 +82,4 @@ def service_info(service: Service) -> ServiceInfo:
 
 def service_ref(service: Service) -> ObjectRef:
     """An Event's involvedObject for a Service."""
-    meta = service.metadata
-    return ObjectRef(SERVICES.kind, meta.name, meta.namespace, meta.uid, SERVICES.api_version)
+    return _ref(service, SERVICES)
