@@ -31,6 +31,7 @@ __all__ = [
     "FlagError",
     "Settings",
     "cidrs_of",
+    "format_duration",
     "node_mask_sizes",
     "parse_flags",
     "usage",
@@ -781,8 +782,9 @@ def _rewrite_alias(token: str, aliases: Mapping[str, str]) -> str:
     return aliases.get(token, token)
 
 
-def _format_duration(seconds: float) -> str:
-    """Go's Duration.String() form of `seconds` (nanosecond resolution, `us` for micro)."""
+def format_duration(seconds: float, *, micro: str = "us") -> str:
+    """Go's Duration.String() form of `seconds` (nanosecond resolution). Go writes `µs`;
+    flags take `us` too, and `--help` writes that (the default)."""
     ns = round(seconds * 1_000_000_000)
     if ns == 0:
         return "0s"
@@ -791,7 +793,7 @@ def _format_duration(seconds: float) -> str:
     if ns < 1_000:
         return f"{sign}{ns}ns"
     if ns < 1_000_000:
-        return f"{sign}{_decimal(ns, 1_000)}us"
+        return f"{sign}{_decimal(ns, 1_000)}{micro}"
     if ns < 1_000_000_000:
         return f"{sign}{_decimal(ns, 1_000_000)}ms"
     hours, rest = divmod(ns, 3_600_000_000_000)
@@ -817,7 +819,7 @@ def _format_value(kind: _Kind, value: object) -> str:
         return "true" if value else "false"
     if kind == "duration":
         assert isinstance(value, float | int)
-        return _format_duration(value)
+        return format_duration(value)
     if kind == "float":
         assert isinstance(value, float | int)
         return repr(float(value))

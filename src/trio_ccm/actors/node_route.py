@@ -44,7 +44,6 @@ Improvements:
 
 from __future__ import annotations
 
-import datetime as dt
 import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -60,6 +59,7 @@ from trio_ccm.actors.views import node_addresses, node_ref
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
 from trio_ccm.kube.client import KubeError, NotFoundError
+from trio_ccm.kube.events import timestamp
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import set_condition
 from trio_ccm.kube.wellknown import (
@@ -69,7 +69,7 @@ from trio_ccm.kube.wellknown import (
     ROUTE_CREATED,
 )
 from trio_ccm.mailbox import Mailbox
-from trio_ccm.settings import Settings, cidrs_of
+from trio_ccm.settings import Settings, cidrs_of, format_duration
 
 __all__ = ["requires", "run"]
 
@@ -218,33 +218,6 @@ def plan(
     return result
 
 
-def go_duration(seconds: float) -> str:
-    """`seconds` as Go prints a time.Duration (`1.5s`, `250ms`, `2m3s`), for upstream's
-    Event message."""
-    ns = round(seconds * 1_000_000_000)
-    if ns == 0:
-        return "0s"
-    sign, ns = ("-" if ns < 0 else ""), abs(ns)
-    for limit, unit, suffix in ((1_000, 1, "ns"), (1_000_000, 1_000, "µs"), (10**9, 10**6, "ms")):
-        if ns < limit:
-            return f"{sign}{_decimal(ns, unit)}{suffix}"
-    hours, rest = divmod(ns, 3600 * 10**9)
-    minutes, rest = divmod(rest, 60 * 10**9)
-    text = sign + (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "")
-    return f"{text}{_decimal(rest, 10**9)}s"
-
-
-def _decimal(count: int, unit: int) -> str:
-    whole, part = divmod(count, unit)
-    if not part:
-        return str(whole)
-    return f"{whole}.{part:0{len(str(unit)) - 1}d}".rstrip("0")
-
-
-def _timestamp(ctx: ControllerContext) -> str:
-    return ctx.now().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # -- the controller -----------------------------------------------------------------------
 _Relevant = tuple[tuple[str, ...], tuple[NodeAddress, ...]]
 
@@ -388,7 +361,7 @@ class _RouteController:
                 await self.routes.create_route(self.cluster, hint, route)
         except Exception as exc:  # an Event and NetworkUnavailable=True; next pass retries
             todo.failed += 1
-            elapsed = go_duration(trio.current_time() - started)
+            elapsed = format_duration(trio.current_time() - started, micro="µs")
             message = (
                 f"Could not create route {hint} {route.destination_cidr} for node {name} "
                 f"after {elapsed}: {exc}"
@@ -415,7 +388,7 @@ class _RouteController:
         current = node.status.condition(CONDITION_NETWORK_UNAVAILABLE)
         if current is not None and (current.status, current.reason) == (status, reason):
             return
-        now = _timestamp(self.ctx)
+        now = timestamp(self.ctx.now())
         patch = set_condition(
             {
                 "type": CONDITION_NETWORK_UNAVAILABLE,

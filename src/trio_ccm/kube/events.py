@@ -58,7 +58,8 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _timestamp(moment: dt.datetime) -> str:
+def timestamp(moment: dt.datetime) -> str:
+    """A moment as the API writes a metav1.Time: RFC 3339, UTC, whole seconds."""
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -291,7 +292,7 @@ class EventRecorder:
     async def _write(self, pending: _Pending, message: str, key: tuple[str, ...]) -> None:
         ref = pending.ref
         namespace = ref.namespace or "default"
-        stamp = _timestamp(pending.at)
+        stamp = timestamp(pending.at)
         seen = self._seen.get(key)
         if seen is not None:
             patch = Patch(
