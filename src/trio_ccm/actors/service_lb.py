@@ -507,10 +507,10 @@ class _ServiceController:
             )
             self.node_pass_done(key, failed=True)
             raise
+        self.node_pass_done(key)
 
     async def process_deletion(self, key: str) -> None:
         """A Service gone without our finalizer: delete its load balancer if we knew it."""
-        self.forced.discard(key)
         self.written.pop(key, None)
         self.invalid.pop(key, None)
         cached = self.cache.get(key)
@@ -541,7 +541,6 @@ class _ServiceController:
                 await self.clean_up(key, service)
             else:
                 self.cache.pop(key, None)
-            self.node_pass_done(key)
             return
         fingerprint = _fingerprint(service)
         if self.invalid.get(key) == fingerprint:
@@ -557,7 +556,6 @@ class _ServiceController:
                 "it changes",
             )
             log.warning("service.invalid", service=key, problems=problems)
-            self.node_pass_done(key)
             return
         self.invalid.pop(key, None)
         backends = self.backends
@@ -573,10 +571,8 @@ class _ServiceController:
             assert previous is not None
             if previous.nodes != backends.node_set:
                 await self.update_hosts(key, service, backends, previous)
-            self.node_pass_done(key)
             return
         await self.ensure(key, service, backends, quiet=force and unchanged)
-        self.node_pass_done(key)
 
     async def ensure(
         self,
