@@ -39,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.test_cli_ccm import CLI, Lines, initialised, running
 from tests.e2e.test_failover import poll_until
-from tests.integration.controllers.conftest import UNINITIALIZED, ready_condition
+from tests.integration.controllers.conftest import UNINITIALIZED, lb_service, ready_condition
 from tests.integration.kube.conftest import config_for
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
@@ -982,19 +982,6 @@ def exposed(registry: CollectorRegistry) -> dict[str, tuple[str, set[str], list[
         labels = {k for s in family.samples for k in s.labels if k not in ("le", "quantile")}
         families[name] = (family.type, labels, family.samples)
     return families
-
-
-def lb_service(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "type": "LoadBalancer",
-            "selector": {"app": name},
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-        },
-    }
 
 
 async def set_ready(api: ApiServer, name: str, status: str) -> None:

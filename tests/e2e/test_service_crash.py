@@ -33,6 +33,7 @@ import trio
 
 from tests.e2e.test_cli_ccm import CLI, Lines, running
 from tests.e2e.test_failover import poll_until
+from tests.integration.controllers.conftest import lb_service
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
@@ -47,6 +48,7 @@ FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 LB_WRITES = frozenset({"PutLoadBalancer", "SetLoadBalancerBackends", "DeleteLoadBalancer"})
 # Every load-balancer call takes 0.2-0.3 s in the cloud: at any kill, some are in flight.
 LATENCY = {"method": "loadbalancers", "fixedSeconds": 0.2, "jitterSeconds": 0.1}
+PORTS = [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]
 UPDATED_PORTS = [
     {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": 8080},
     {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353},
@@ -72,19 +74,6 @@ def ccm_argv(kubeconfig: Path, cloud_config: Path) -> list[str]:
 def lb_name(uid: str) -> str:
     """Upstream's DefaultLoadBalancerName."""
     return ("a" + uid.replace("-", ""))[:32]
-
-
-def manifest(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "type": "LoadBalancer",
-            "selector": {"app": name},
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        },
-    }
 
 
 class Cloud:
@@ -258,7 +247,7 @@ async def test_kill_9_during_create_update_delete_leaks_nothing(tmp_path: Path) 
 
     async def create() -> None:
         for name in names:
-            await kube.create(SERVICES, manifest(name), namespace="default")
+            await kube.create(SERVICES, lb_service(name, ports=PORTS), namespace="default")
 
     async def update() -> None:
         for name in changed:
