@@ -37,10 +37,9 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.test_cli_ccm import CLI, Lines, initialised, running
-from tests.e2e.test_failover import poll_until
+from tests.helpers.kube import config_for
+from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
 from tests.integration.controllers.conftest import UNINITIALIZED, lb_service, ready_condition
-from tests.integration.kube.conftest import config_for
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider

@@ -12,74 +12,18 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from trio_ccm.kube.client import KubeClient, open_kube_client
+from tests.helpers.processes import CLI, Lines, initialised, running
+from trio_ccm.kube.client import open_kube_client
 from trio_ccm.kube.config import load_config
-from trio_ccm.kube.objects import LEASES, NODES, Node
+from trio_ccm.kube.objects import LEASES, Node
 
-CLI = (sys.executable, "-m", "trio_ccm")
 NODE_COUNT = 20
-UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
-
-
-class Lines:
-    """Reads a process's stdout line by line."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-        self.seen: list[str] = []
-
-    async def next(self) -> str:
-        while b"\n" not in self.buffer:
-            chunk = await self.stream.receive_some()
-            if not chunk:
-                raise EOFError(f"stdout closed; lines so far: {self.seen}")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        self.seen.append(line.decode())
-        return self.seen[-1]
-
-
-@asynccontextmanager
-async def running(
-    argv: list[str], *, stderr: Path, stdout: int | None = subprocess.PIPE
-) -> AsyncIterator[trio.Process]:
-    """A subprocess for the block; killed if still running at its end."""
-    with stderr.open("wb") as err:
-        async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(trio.run_process, argv, check=False, stdout=stdout, stderr=err)
-            )
-            try:
-                yield process
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                nursery.cancel_scope.cancel()
-
-
-async def initialised(kube: KubeClient) -> list[Node]:
-    """The Nodes the CCM has finished: no taint left, a provider ID, zone and type labels."""
-    nodes = (await kube.list(NODES, type=Node)).items
-    return [
-        n
-        for n in nodes
-        if n.spec.provider_id.startswith("sim://")
-        and not any(t.key == UNINITIALIZED for t in n.spec.taints)
-        and n.metadata.labels.get("topology.kubernetes.io/zone", "").startswith("sim-region-1")
-        and "node.kubernetes.io/instance-type" in n.metadata.labels
-    ]
 
 
 def json_events(path: Path) -> list[dict[str, Any]]:

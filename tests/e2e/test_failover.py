@@ -13,13 +13,12 @@ import os
 import re
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 import trio
 
-from tests.e2e.test_cli_ccm import CLI, Lines, initialised, running
+from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import LEASES
@@ -31,12 +30,6 @@ LEASE_FLAGS = [
     "--leader-elect-renew-deadline=3s",
     "--leader-elect-retry-period=1s",
 ]
-
-
-async def poll_until(check: Callable[[], Awaitable[bool]], period_s: float = 0.05) -> None:
-    """Another process's progress can only be polled (its caller bounds the wait)."""
-    while not await check():  # noqa: ASYNC110 - state in another process: nothing to await
-        await trio.sleep(period_s)
 
 
 async def lease_holder(kube: KubeClient) -> bool:

@@ -31,8 +31,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.e2e.test_cli_ccm import CLI, Lines, running
-from tests.e2e.test_failover import poll_until
+from tests.helpers.processes import CLI, Lines, poll_until, running
 from tests.integration.controllers.conftest import lb_service
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config

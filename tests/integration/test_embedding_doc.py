@@ -9,7 +9,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.actors.backoff import Backoff
 from trio_ccm.actors.context import Controller, ControllerContext
 from trio_ccm.errors import ConfigError

@@ -7,7 +7,7 @@ import socket
 import httpx
 import trio
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from tests.integration.test_supervisor import NoCapabilities, Probe
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve

@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.testing.apiserver import ApiServer

@@ -13,7 +13,7 @@ import httpx
 import trio
 from prometheus_client import CollectorRegistry
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve

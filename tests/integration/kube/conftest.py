@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
-from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.metrics import ClientMetrics
 from trio_ccm.testing.apiserver import ApiServer
 
@@ -21,12 +21,6 @@ def server() -> ApiServer:
 @pytest.fixture
 def metrics() -> ClientMetrics:
     return ClientMetrics(CollectorRegistry())
-
-
-def config_for(server: ApiServer) -> ConnectionConfig:
-    return ConnectionConfig(
-        server="http://emulator", credentials=StaticCredentials(), source="test emulator"
-    )
 
 
 @pytest.fixture

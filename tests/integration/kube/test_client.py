@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import (
     AlreadyExistsError,

@@ -180,7 +180,7 @@ async def test_quiet_watch_is_replaced_after_the_inactivity_deadline(
 ) -> None:
     """A watch that delivers nothing (no bookmarks either) is abandoned and re-opened."""
     server = ApiServer(seed=1, bookmark_interval_s=10_000)
-    from tests.integration.kube.conftest import config_for
+    from tests.helpers.kube import config_for
     from trio_ccm.kube.client import open_kube_client
 
     async with open_kube_client(config_for(server), transport=server.transport(), qps=0) as client:

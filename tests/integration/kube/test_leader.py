@@ -28,7 +28,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from tests.integration.kube.conftest import config_for
+from tests.helpers.kube import config_for
 from trio_ccm.errors import CcmError, ConfigError
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.events import EventRecorder
