@@ -57,7 +57,7 @@ import structlog
 import trio
 
 from apiserver import make_node
-from trio_ccm.actors.context import Controller, ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.cloud import Instances, LoadBalancers, Routes
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.leader import JITTER_FACTOR, validate_timing
@@ -184,13 +184,20 @@ class Replica:
     stopped: trio.Event = field(default_factory=trio.Event)
     stopped_at: float = 0.0  # when serve() returned or was cancelled (with `stopped`)
 
-    def controller(self) -> Controller:
-        return Controller(PROBE, self._probe, informers=frozenset({"nodes", "services"}))
+    def controller(self) -> type[Controller]:
+        """The probe: a controller recording when each of its terms starts."""
+        replica = self
 
-    async def _probe(self, _ctx: ControllerContext) -> None:
-        self.probe_starts.append(trio.current_time())
-        self.probe_started.set()
-        await trio.sleep_forever()
+        class Probe(Controller):
+            name = PROBE
+            informers = frozenset({"nodes", "services"})
+
+            async def run(self, ctx: ControllerContext) -> None:
+                replica.probe_starts.append(trio.current_time())
+                replica.probe_started.set()
+                await trio.sleep_forever()
+
+        return Probe
 
     async def run(
         self,

@@ -56,7 +56,7 @@ import trio
 from apiserver import LABEL, make_node, node_name
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
-from trio_ccm.kube.informer import Informer
+from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.mailbox import Mailbox
 from trio_ccm.testing.apiserver import ApiServer
@@ -175,7 +175,21 @@ def cluster(nodes: int) -> ReplayTransport:
     return ReplayTransport(node_json, str(nodes))
 
 
-def drain(mailbox: Mailbox[str, Node | None]) -> int:
+async def nursery_subscription(
+    nursery: trio.Nursery, informer: Informer[Node]
+) -> Mailbox[str, Update[Node]]:
+    """A subscription held open by a task in `nursery` until the nursery is cancelled."""
+
+    async def hold(*, task_status: trio.TaskStatus[Mailbox[str, Update[Node]]]) -> None:
+        async with informer.subscription() as mailbox:
+            task_status.started(mailbox)
+            await trio.sleep_forever()
+
+    mailbox: Mailbox[str, Update[Node]] = await nursery.start(hold)
+    return mailbox
+
+
+def drain(mailbox: Mailbox[str, Update[Node]]) -> int:
     count = 0
     while True:
         try:
@@ -191,10 +205,11 @@ class Consumer:
     received: int = 0
     target: Round | None = None
 
-    async def run(self, mailbox: Mailbox[str, Node | None]) -> None:
-        async for key, obj in mailbox:
+    async def run(self, mailbox: Mailbox[str, Update[Node]]) -> None:
+        async for key, update in mailbox:
             self.received += 1
             target = self.target
+            obj = update.obj if isinstance(update, Changed) else None
             if (
                 target is not None
                 and obj is not None
@@ -215,8 +230,9 @@ async def events_phase(
     consumer = Consumer()
     async with trio.open_nursery() as nursery:
         await nursery.start(informer.serve)
-        mailbox = informer.subscribe()
-        drain(mailbox)  # subscribe() hands over every cached key at once
+        # A subscription starts with every cached key at once.
+        mailbox = await nursery_subscription(nursery, informer)
+        drain(mailbox)
         nursery.start_soon(consumer.run, mailbox)
         for index in range(rounds):
             round_ = build_round(nodes, index * events, events, chunk_bytes)
@@ -340,7 +356,7 @@ async def e2e_phase(nodes: int, writes: int, writers: int, window: int) -> dict[
     progress = trio.Event()
     issued = 0
 
-    async def consume(mailbox: Mailbox[str, Node | None]) -> None:
+    async def consume(mailbox: Mailbox[str, Update[Node]]) -> None:
         nonlocal progress
         async for _ in mailbox:
             consumer.received += 1
@@ -352,7 +368,7 @@ async def e2e_phase(nodes: int, writes: int, writers: int, window: int) -> dict[
         trio.open_nursery() as nursery,
     ):
         await nursery.start(informer.serve)
-        mailbox = informer.subscribe()
+        mailbox = await nursery_subscription(nursery, informer)
         drain(mailbox)
         nursery.start_soon(consume, mailbox)
         sequence = iter(range(writes))

@@ -15,7 +15,7 @@ from trio_ccm._version import __version__
 from trio_ccm.errors import CcmError, ConfigError, RetryAfter
 
 if TYPE_CHECKING:
-    from trio_ccm.actors.context import Controller, ControllerContext
+    from trio_ccm.actors.controller import Controller, ControllerContext
     from trio_ccm.settings import Settings, parse_flags
     from trio_ccm.supervisor import Serving, serve
 
@@ -33,8 +33,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Controller": "trio_ccm.actors.context",
-    "ControllerContext": "trio_ccm.actors.context",
+    "Controller": "trio_ccm.actors.controller",
+    "ControllerContext": "trio_ccm.actors.controller",
     "Serving": "trio_ccm.supervisor",
     "Settings": "trio_ccm.settings",
     "parse_flags": "trio_ccm.settings",

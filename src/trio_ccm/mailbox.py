@@ -8,14 +8,26 @@ became pending (a key updated while pending keeps its place).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+V_co = TypeVar("V_co", covariant=True)
+
+
+class MailboxReader(Protocol[K, V_co]):
+    """The receiving side of a Mailbox: what a consumer needs (so a Mailbox of a narrower
+    value type can feed a consumer of a wider one)."""
+
+    def __aiter__(self) -> AsyncIterator[tuple[K, V_co]]: ...
+
+    def take(self, key: K) -> tuple[bool, V_co | None]: ...
+
+    def pending(self, key: K) -> bool: ...
 
 
 @dataclass(frozen=True)

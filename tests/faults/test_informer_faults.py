@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 from trio_ccm.kube.client import open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
-from trio_ccm.kube.informer import Informer
+from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.mailbox import Mailbox
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.apiserver.faults import FaultRule
 from trio_ccm.testing.apiserver.registry import MERGE_PATCH
@@ -274,16 +275,19 @@ async def _run_async(
         transport = ResettingTransport(server)
         async with open_kube_client(config, transport=transport, qps=0) as client:
             informer = Informer(client, NODES, Node, rng=random.Random(seed))
-            mailbox = informer.subscribe()
 
-            async def consume() -> None:
-                async for key, node in mailbox:
-                    rv = None if node is None else int(node.metadata.resource_version)
+            async def consume(mailbox: Mailbox[str, Update[Node]]) -> None:
+                async for key, update in mailbox:
+                    rv = (
+                        int(update.obj.metadata.resource_version)
+                        if isinstance(update, Changed)
+                        else None
+                    )
                     latest[key] = rv
                     seen.setdefault(key, []).append(rv)
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(consume)
+            async with informer.subscription() as mailbox, trio.open_nursery() as nursery:
+                nursery.start_soon(consume, mailbox)
                 nursery.start_soon(informer.serve)
                 for step in steps:
                     await _apply(step, server, writer, transport)

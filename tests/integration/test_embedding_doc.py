@@ -48,7 +48,7 @@ async def test_the_documented_controller_labels_nodes(
                 lambda task_status: serve(
                     Settings(secure_port=0),
                     NoCapabilities(),
-                    controllers=[doc["NAME_ZONE"]],
+                    controllers=[doc["NameZoneController"]],
                     connection=config_for(server),
                     transport=server.transport(),
                     task_status=task_status,

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.helpers.kube import config_for
 from trio_ccm.actors.backoff import Backoff
-from trio_ccm.actors.context import Controller, ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.errors import ConfigError
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.settings import Settings
@@ -75,8 +75,19 @@ class Probe:
     handled: list[tuple[str, float]] = field(default_factory=list)
     first_handled: trio.Event = field(default_factory=trio.Event)
 
-    def controller(self, **kwargs: object) -> Controller:
-        return Controller(self.name, self.run, informers=frozenset({"nodes"}), **kwargs)  # type: ignore[arg-type]
+    def controller(self, *, disabled_by_default: bool = False) -> type[Controller]:
+        """A Controller class that reports to this probe."""
+        probe = self
+
+        class ProbeController(Controller):
+            name = probe.name
+            informers = frozenset({"nodes"})
+
+            async def run(self, ctx: ControllerContext) -> None:
+                await probe.run(ctx)
+
+        ProbeController.disabled_by_default = disabled_by_default
+        return ProbeController
 
     async def run(self, ctx: ControllerContext) -> None:
         term = [trio.current_time()]
@@ -87,11 +98,10 @@ class Probe:
             self.first_handled.set()
 
         actors = ctx.keyed(handle, limiter=trio.CapacityLimiter(1), backoff=Backoff(1, 10))
-        mailbox = ctx.nodes.subscribe()
         try:
-            await actors.serve(mailbox)
+            async with ctx.nodes.subscription() as mailbox:
+                await actors.serve(mailbox)
         finally:
-            ctx.nodes.unsubscribe(mailbox)
             term.append(trio.current_time())
 
     @property
@@ -341,15 +351,18 @@ async def test_a_crashing_controller_ends_serve_and_releases_the_lease(
     """A controller whose body raises takes serve() down (fatal), after releasing the Lease."""
     server = ApiServer(seed=1)
 
-    async def crash(_ctx: ControllerContext) -> None:
-        await trio.sleep(3)
-        raise RuntimeError("bug in a controller")
+    class Crash(Controller):
+        name = "crash"
+
+        async def run(self, ctx: ControllerContext) -> None:
+            await trio.sleep(3)
+            raise RuntimeError("bug in a controller")
 
     with trio.fail_after(10), pytest.RaisesGroup(RuntimeError, flatten_subgroups=True):
         await serve(
             settings(),
             NoCapabilities(),
-            controllers=[Controller("crash", crash)],
+            controllers=[Crash],
             connection=config_for(server),
             transport=server.transport(),
             identity="a",

@@ -30,6 +30,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Final
 
 import prometheus_client
@@ -37,8 +38,10 @@ import structlog
 import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
-from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
+from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
 from trio_ccm.cloud.provider import (
     CloudProvider,
@@ -49,10 +52,13 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import KubeError, NotFoundError
-from trio_ccm.kube.objects import NODES, Node, resource_version_number
+from trio_ccm.kube.informer import Gone
+from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses
 from trio_ccm.kube.wellknown import (
     ANNOTATION_PROVIDED_NODE_IP,
+    CLOUD_NODE_CONTROLLER,
+    COMPONENT_CLOUD_NODE,
     LABEL_INSTANCE_TYPE,
     LABEL_INSTANCE_TYPE_LEGACY,
     LABEL_REGION,
@@ -64,7 +70,7 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm.settings import Settings
 
-__all__ = ["NodeMetrics", "requires", "run"]
+__all__ = ["CloudNodeController", "NodeMetrics"]
 
 log = structlog.get_logger("trio_ccm.actors.cloud_node")
 
@@ -77,16 +83,6 @@ _LEGACY_LABELS: Final = (
 )
 # Upstream's buckets (ExponentialBuckets(1, 4, 6)), so existing dashboards keep working.
 _DELAY_BUCKETS: Final = (1, 4, 16, 64, 256, 1024)
-
-
-def _rv(node: Node) -> int:
-    """The snapshot's resourceVersion as a number (-1 when it is not one: never skipped)."""
-    number = resource_version_number(node.metadata.resource_version)
-    return -1 if number is None else number
-
-
-def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
-    return None if cloud.instances is not None else "the cloud provider has no instances"
 
 
 class NodeMetrics:
@@ -114,14 +110,57 @@ class NodeMetrics:
         )
 
 
-class _NodeController:
-    def __init__(self, ctx: ControllerContext, instances: Instances) -> None:
+class CloudNodeController(Controller):
+    """cloud-node-controller; see the module docstring."""
+
+    name = CLOUD_NODE_CONTROLLER
+    informers = frozenset({"nodes"})
+    client_name = "node-controller"
+    event_component = COMPONENT_CLOUD_NODE
+
+    @classmethod
+    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
+        return None if cloud.instances is not None else "the cloud provider has no instances"
+
+    def __init__(self, setup: ControllerSetup) -> None:
+        super().__init__(setup)
+        self.metrics = NodeMetrics(setup.registry)
+
+    async def run(self, ctx: ControllerContext) -> None:
+        """Per-Node initialisation actors, and the periodic address sync."""
+        instances = ctx.cloud.instances
+        assert instances is not None  # requires() said so
+        term = _Term(ctx, instances, self.metrics)
+        # With a bulk lookup every Node actor may look up at once (that is what fills the
+        # batches; cloud calls are capped by the budget); kube writes stay capped by
+        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
+        concurrency = math.inf if ctx.batcher is not None else ctx.settings.concurrent_node_syncs
+        actors = ctx.keyed(
+            term.sync,
+            limiter=trio.CapacityLimiter(concurrency),
+            backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
+        )
+        async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
+            nursery.start_soon(actors.serve, mailbox)
+            # Upstream's loop: --node-status-update-frequency after each run ended (sliding).
+            nursery.start_soon(
+                partial(
+                    serve_passes,
+                    term.sync_addresses,
+                    name=ctx.name,
+                    period_s=ctx.settings.node_status_update_frequency_s,
+                    sliding=True,
+                )
+            )
+
+
+class _Term:
+    """One term of leadership: initialise Nodes, sync their addresses."""
+
+    def __init__(self, ctx: ControllerContext, instances: Instances, metrics: NodeMetrics) -> None:
         self.ctx = ctx
         self.instances = instances
-        self.metrics = ctx.once("metrics", lambda: NodeMetrics(ctx.registry))
-        # Our own echoes: the resourceVersion of our last write per Node. A cached snapshot
-        # older than it predates that write (DESIGN §3) and is skipped.
-        self.written: dict[str, int] = {}
+        self.metrics = metrics
         # Kube writes are capped by --concurrent-node-syncs. With a bulk lookup, Node actors
         # are not: their lookups must arrive together to be batched (cloud calls are capped
         # by the budget).
@@ -145,30 +184,33 @@ class _NodeController:
         return found
 
     # -- one Node ------------------------------------------------------------------------
-    async def sync(self, name: str, node: Node | None) -> None:
-        if node is None or node.metadata.deletion_timestamp:
-            self.written.pop(name, None)
-            return
-        if _rv(node) < self.written.get(name, -1):
-            return  # an echo older than our last write: the newer one is on its way
+    async def sync(self, name: str, message: Message[Node]) -> str | None:
+        """One Node: initialise it while it carries the uninitialized taint, else reconcile
+        its legacy labels. Returns the resourceVersion of our last write (echo check)."""
+        if isinstance(message, Gone):
+            return None
+        node = message.obj
+        if node.metadata.deletion_timestamp:
+            return None
         if not has_taint(node, TAINT_UNINITIALIZED):
-            await self.reconcile_legacy_labels(node)
-            return
-        await self.initialize(node)
+            return await self.reconcile_legacy_labels(node)
+        return await self.initialize(node)
 
-    async def reconcile_legacy_labels(self, node: Node) -> None:
+    async def reconcile_legacy_labels(self, node: Node) -> str | None:
         labels = node.metadata.labels
         wanted = {
             ga: labels[beta]
             for beta, ga in _LEGACY_LABELS
             if beta in labels and labels.get(ga) != labels[beta]
         }
-        if wanted:
-            async with self.write_limiter:
-                await self.patch(node.metadata.name, set_labels(wanted))
-            log.info("node.labels-reconciled", node=node.metadata.name, labels=wanted)
+        if not wanted:
+            return None
+        async with self.write_limiter:
+            written = await self.patch(node.metadata.name, set_labels(wanted))
+        log.info("node.labels-reconciled", node=node.metadata.name, labels=wanted)
+        return written
 
-    async def initialize(self, node: Node) -> None:
+    async def initialize(self, node: Node) -> str:
         name = node.metadata.name
         log.debug("node.initializing", node=name)
         try:
@@ -198,7 +240,7 @@ class _NodeController:
         async with self.write_limiter:
             if addresses is not None:
                 await self.write_addresses(node, addresses)
-            await self.patch(name, patch)
+            written = await self.patch(name, patch)
         age = self.age_s(node)
         if age is not None:
             self.metrics.taint_removal_delay.observe(age)
@@ -211,6 +253,7 @@ class _NodeController:
             instance_type=metadata.instance_type,
             zone=metadata.zone,
         )
+        return written
 
     def labels_for(self, node: Node, metadata: InstanceMetadata) -> dict[str, str]:
         name = node.metadata.name
@@ -266,13 +309,10 @@ class _NodeController:
             addresses=[a.address for a in addresses],
         )
 
-    async def patch(self, name: str, patch: Patch, *, subresource: str = "") -> None:
+    async def patch(self, name: str, patch: Patch, *, subresource: str = "") -> str:
+        """Write; returns the resourceVersion written."""
         written = await self.ctx.kube.patch(NODES, name, patch, subresource=subresource)
-        rv = resource_version_number(
-            str((written.get("metadata") or {}).get("resourceVersion", ""))
-        )
-        if rv is not None:
-            self.written[name] = rv
+        return written.metadata.resource_version
 
     def age_s(self, node: Node) -> float | None:
         created = node.metadata.creation_timestamp
@@ -285,16 +325,8 @@ class _NodeController:
         return max(0.0, (self.ctx.now() - moment).total_seconds())
 
     # -- the periodic address sync ---------------------------------------------------------
-    async def sync_addresses_forever(self) -> None:
-        """Every --node-status-update-frequency after the previous run ended (sliding)."""
-        period = self.ctx.settings.node_status_update_frequency_s
-        while True:
-            started = trio.current_time()
-            await self.sync_addresses()
-            log.debug("node.addresses-synced", took_s=trio.current_time() - started)
-            await trio.sleep(period)
-
     async def sync_addresses(self) -> None:
+        """One pass: every initialised Node's addresses, from bulk lookups when possible."""
         nodes = [
             n
             for n in self.ctx.nodes.items()
@@ -302,13 +334,10 @@ class _NodeController:
         ]
         if not nodes:
             return
+        started = trio.current_time()
         found: Mapping[str, InstanceMetadata | None]
         if self.ctx.batcher is not None:
-            try:
-                found = await self.ctx.batcher.all_metadata([node_info(n) for n in nodes])
-            except Exception as exc:  # a failed sweep waits for the next period
-                log.warning("node.address-sync-failed", nodes=len(nodes), error=str(exc))
-                return
+            found = await self.ctx.batcher.all_metadata([node_info(n) for n in nodes])
         else:
             found = await self.lookup_each(nodes)
         limiter = trio.CapacityLimiter(self.status_workers)
@@ -317,6 +346,7 @@ class _NodeController:
                 metadata = found.get(node.metadata.name)
                 if metadata is not None:
                     nursery.start_soon(self.update_one, node, metadata, limiter)
+        log.debug("node.addresses-synced", nodes=len(nodes), took_s=trio.current_time() - started)
 
     async def lookup_each(self, nodes: Sequence[Node]) -> dict[str, InstanceMetadata | None]:
         limiter = trio.CapacityLimiter(self.status_workers)
@@ -328,7 +358,7 @@ class _NodeController:
                     found[node.metadata.name] = await self.instances.instance_metadata(
                         node_info(node)
                     )
-                except Exception as exc:  # skipped until the next period
+                except Exception as exc:  # one Node's failure is its own: next period
                     log.warning(
                         "node.address-lookup-failed", node=node.metadata.name, error=str(exc)
                     )
@@ -353,28 +383,3 @@ class _NodeController:
                 return
             except (CcmError, KubeError) as exc:
                 log.warning("node.address-sync-failed", node=current.metadata.name, error=str(exc))
-
-
-async def run(ctx: ControllerContext) -> None:
-    """The controller: per-Node initialisation actors, and the periodic address sync."""
-    instances = ctx.cloud.instances
-    assert instances is not None  # requires() said so
-    controller = _NodeController(ctx, instances)
-    mailbox = ctx.nodes.subscribe()
-    try:
-        # With a bulk lookup every Node actor may look up at once (that is what fills the
-        # batches; cloud calls are capped by the budget); kube writes stay capped by
-        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
-        concurrency: float = ctx.settings.concurrent_node_syncs
-        if ctx.batcher is not None:
-            concurrency = math.inf
-        actors = ctx.keyed(
-            controller.sync,
-            limiter=trio.CapacityLimiter(concurrency),
-            backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
-        )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(actors.serve, mailbox)
-            nursery.start_soon(controller.sync_addresses_forever)
-    finally:
-        ctx.nodes.unsubscribe(mailbox)

@@ -1,29 +1,33 @@
 """Per-key child actors: one task per object key, spawned on demand in a nursery we own.
 
-`KeyedActors.serve(mailbox)` reads `(key, latest value)` from a coalescing `Mailbox` and
-hands each value to the child task of its key, spawning the child if there is none. A child
-runs `handler(key, value)` under the shared `trio.CapacityLimiter`, so:
+`KeyedActors.serve(mailbox)` reads `(key, latest message)` from a coalescing `Mailbox` and
+hands each message to the child task of its key, spawning the child if there is none. A
+child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
 
 - work on one key is serialised (one child per key, one handler call at a time), and work
   across keys is capped by the limiter (`--concurrent-service-syncs`, ...);
-- values that arrive while a child is busy (or waiting for the limiter, or backing off)
-  coalesce in the child's one-value slot: the next call sees only the newest;
+- messages that arrive while a child is busy (or waiting for the limiter, or backing off)
+  coalesce in the child's one-message slot: the next call sees only the newest;
+- **own echoes are skipped**: a handler returns the resourceVersion of its last write (or
+  None), and a later `Changed(obj)` whose object is older than that write is not handed to
+  the handler: it is a cache entry from before our write, whose echo is on its way
+  (DESIGN §3). `Reverify(obj)` is never skipped (a command to act on `obj` regardless), and
+  `Gone` forgets the version. The version lives in the child's record and dies with it;
 - a handler that raises is retried with backoff: `RetryAfter(delay_s)` waits exactly
   `delay_s`, anything else the key's exponential delay (`Backoff`). The retry takes the
-  newest value; a newer value does not cut the wait short (the owner may, with
+  newest message; a newer message does not cut the wait short (the owner may, with
   `expedite(key)`, for a change that makes the wait pointless) nor reset the backoff: only
   a successful call does. The exception is logged once, with the key and traceback; it never
   reaches siblings or the manager. This is the one broad `except Exception` of the
   per-object path (STYLE: Errors);
-- a child with nothing to do exits after `idle_timeout_s`; a new value spawns it again. A
+- a child with nothing to do exits after `idle_timeout_s`; a new message spawns it again. A
   child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
   give each manager its own Backoff;
-- on cancellation of `serve`, children in a handler call get `grace_s` more seconds to
-  finish it (a shielded cancel scope whose deadline is set at cancellation), then are
-  cancelled; idle and backing-off children are cancelled at once. The default is 0: a
-  cancellation stops all work at once, which is what losing the Lease requires. Only a
-  graceful shutdown should grant time: `grace_s` is read when the cancellation arrives, so
-  the supervisor sets it just before cancelling for a shutdown (forgetting is safe).
+- **shutdown**: a cancellation of `serve` stops idle and backing-off children at once, and
+  cancels handler calls in flight at the grace deadline of the `GracefulCancelScope` the
+  manager was given, if that scope was what cancelled (`cancel(grace_s)`: the grace is a
+  parameter of the cancel). Any other cancellation, or a later `cancel(0)` (the Lease lost
+  during a drain), stops them at once: losing the Lease must stop all work.
 
 When the mailbox is closed, `serve` hands out what is pending, lets every child finish
 (children exit as soon as they are idle), and returns.
@@ -46,14 +50,62 @@ import structlog
 import trio
 
 from trio_ccm.actors.backoff import Backoff, retry_after_s
-from trio_ccm.mailbox import Mailbox
+from trio_ccm.kube.informer import Changed, Gone
+from trio_ccm.kube.objects import Object, resource_version_number
+from trio_ccm.mailbox import MailboxReader
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+ObjT = TypeVar("ObjT", bound=Object)
 
-Handler = Callable[[K, V], Awaitable[None]]
-"""Reconcile one object: `handler(key, latest value)`. Raise to be retried (RetryAfter for
-a fixed delay); return to succeed."""
+Handler = Callable[[K, V], Awaitable[str | None]]
+"""Reconcile one object: `handler(key, latest message)`. Return the resourceVersion of the
+last write made (or None); raise to be retried (RetryAfter for a fixed delay)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reverify(Generic[ObjT]):
+    """A command: reconcile `obj` even if nothing seems to have changed (never skipped as
+    an echo). A controller's own periodic checks send it."""
+
+    obj: ObjT
+
+
+Message = Changed[ObjT] | Reverify[ObjT] | Gone[ObjT]
+"""What per-object controllers hand their actors."""
+
+
+class GracefulCancelScope:
+    """A cancel scope whose `cancel(grace_s)` lets KeyedActors' handler calls in flight run
+    `grace_s` more seconds; see the module docstring.
+
+    Enter `scope` (`with graceful.scope:`) around the actors; pass the object to each
+    KeyedActors. Calling `cancel` again can only shorten the grace.
+    """
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.deadline = math.inf
+        """Trio time until which handler calls may run; inf until `cancel`."""
+        self._listeners: list[Callable[[float], None]] = []
+
+    def cancel(self, grace_s: float = 0.0) -> None:
+        """Cancel the scope; handler calls in flight get `grace_s` more (0: none)."""
+        if not grace_s >= 0:
+            raise ValueError(f"grace_s={grace_s!r} must be >= 0")
+        self.deadline = min(self.deadline, trio.current_time() + grace_s)
+        for listener in list(self._listeners):
+            listener(self.deadline)
+        self.scope.cancel()
+
+    @property
+    def cancel_called(self) -> bool:
+        return self.scope.cancel_called
+
+    def _listen(self, listener: Callable[[float], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
 
 ActorState = Literal["idle", "waiting", "busy", "backoff"]
 
@@ -76,7 +128,8 @@ class KeyedStatistics:
     handled: int  # handler calls that succeeded
     retries: int  # handler calls that raised (so a retry was scheduled)
     coalesced: int  # values replaced by a newer one before the handler saw them
-    abandoned: int  # handler calls cancelled after grace_s at shutdown
+    echoes: int  # Changed messages skipped: older than the handler's own last write
+    abandoned: int  # handler calls cancelled when the shutdown grace ended
 
 
 @dataclass(frozen=True)
@@ -104,6 +157,7 @@ class _Actor(Generic[V]):
         "state",
         "value",
         "waiter",
+        "written",
     )
 
     def __init__(self) -> None:
@@ -116,6 +170,7 @@ class _Actor(Generic[V]):
         self.waiter: trio.lowlevel.Task | None = None  # set while parked idle
         self.scope: trio.CancelScope | None = None  # set while in a handler call
         self.backoff_scope: trio.CancelScope | None = None  # set while backing off
+        self.written = -1  # resourceVersion of the handler's last write (-1: none known)
 
     def put(self, value: V) -> bool:
         """Store the newest value and wake the child if parked; True if one was replaced."""
@@ -149,14 +204,12 @@ class KeyedActors(Generic[K, V]):
         limiter: trio.CapacityLimiter,
         backoff: Backoff,
         idle_timeout_s: float = 30.0,
-        grace_s: float = 0.0,
+        graceful: GracefulCancelScope | None = None,
     ) -> None:
         if not idle_timeout_s >= 0:
             raise ValueError(f"{name}: idle_timeout_s={idle_timeout_s!r} must be >= 0")
-        if not grace_s >= 0:
-            raise ValueError(f"{name}: grace_s={grace_s!r} must be >= 0")
         self.name = name
-        self.grace_s = grace_s
+        self._graceful = graceful
         self._idle_timeout_s = idle_timeout_s
         self._handler = handler
         self._limiter = limiter
@@ -175,12 +228,13 @@ class KeyedActors(Generic[K, V]):
         self._handled = 0
         self._retries = 0
         self._coalesced = 0
+        self._echoes = 0
         self._abandoned = 0
 
     # -- the manager ---------------------------------------------------------------------
     async def serve(
         self,
-        mailbox: Mailbox[K, V],
+        mailbox: MailboxReader[K, V],
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -196,7 +250,11 @@ class KeyedActors(Generic[K, V]):
         self._drained = trio.Event()
         self._grace_deadline = math.inf
         self._parked.clear()
-        self._spawned = self._handled = self._retries = self._coalesced = self._abandoned = 0
+        self._spawned = self._handled = self._retries = self._coalesced = 0
+        self._echoes = self._abandoned = 0
+        stop_listening = (
+            self._graceful._listen(self._shorten_grace) if self._graceful is not None else None
+        )
         try:
             async with trio.open_nursery() as nursery:
                 try:
@@ -213,8 +271,10 @@ class KeyedActors(Generic[K, V]):
                     self._start_grace()
         finally:
             self._serving = False
+            if stop_listening is not None:
+                stop_listening()
 
-    async def _dispatch(self, mailbox: Mailbox[K, V], nursery: trio.Nursery) -> None:
+    async def _dispatch(self, mailbox: MailboxReader[K, V], nursery: trio.Nursery) -> None:
         """Hand every value to its key's child until the mailbox ends.
 
         `nursery` is serve()'s, where children are spawned; it is not kept.
@@ -225,7 +285,9 @@ class KeyedActors(Generic[K, V]):
         async for key, value in mailbox:
             self._deliver(key, value, mailbox, nursery)
 
-    def _deliver(self, key: K, value: V, mailbox: Mailbox[K, V], nursery: trio.Nursery) -> None:
+    def _deliver(
+        self, key: K, value: V, mailbox: MailboxReader[K, V], nursery: trio.Nursery
+    ) -> None:
         actor = self._actors.get(key)
         if actor is None:
             actor = self._actors[key] = _Actor()
@@ -258,14 +320,20 @@ class KeyedActors(Generic[K, V]):
                 await self._timer_wakeup.wait()
 
     def _start_grace(self) -> None:
-        """Shutdown: handler calls in flight may run for grace_s more, then are cancelled."""
-        self._grace_deadline = trio.current_time() + self.grace_s
+        """Shutdown: handler calls in flight may run until the grace deadline of the scope
+        that cancelled us (at once when something else cancelled), then are cancelled."""
+        graceful = self._graceful
+        granted = graceful is not None and graceful.cancel_called
+        self._shorten_grace(graceful.deadline if granted and graceful else trio.current_time())
+
+    def _shorten_grace(self, deadline: float) -> None:
+        self._grace_deadline = min(self._grace_deadline, deadline)
         for actor in self._actors.values():
             if actor.scope is not None:
                 actor.scope.deadline = min(actor.scope.deadline, self._grace_deadline)
 
     # -- one child -------------------------------------------------------------------------
-    async def _run(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> None:
+    async def _run(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> None:
         """The child of `key`: handle its newest value whenever there is one; exit when idle."""
         structlog.contextvars.bind_contextvars(controller=self.name, key=key)
         try:
@@ -293,7 +361,7 @@ class KeyedActors(Generic[K, V]):
             if self._closing and not self._actors:
                 self._drained.set()
 
-    async def _reconcile(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> None:
+    async def _reconcile(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> None:
         """Handle the newest value, retrying with backoff until a call succeeds."""
         actor.state = "waiting"
         async with self._limiter:
@@ -312,7 +380,7 @@ class KeyedActors(Generic[K, V]):
                 delay = await self._call(key, actor, value)
         self._backoff.reset(key)
 
-    def _take(self, key: K, actor: _Actor[V], mailbox: Mailbox[K, V]) -> V:
+    def _take(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> V:
         """The newest value of `key`: one still in the mailbox beats the child's slot."""
         value = actor.value
         actor.value = None
@@ -325,16 +393,27 @@ class KeyedActors(Generic[K, V]):
 
     async def _call(self, key: K, actor: _Actor[V], value: V) -> float | None:
         """One handler call: None on success, else the delay before the retry."""
+        if self._echo(actor, value):
+            self._echoes += 1
+            await trio.lowlevel.checkpoint()
+            return None
         actor.state = "busy"
         delay: float | None = None
-        # Shielded so that a shutdown does not cut the call short; serve() always bounds
-        # the shield: at shutdown it sets the deadline of every such scope (_start_grace).
+        # Shielded so that a graceful shutdown does not cut the call short; the shield is
+        # always bounded: a cancellation sets the deadline of every such scope
+        # (_start_grace, _shorten_grace).
         with trio.CancelScope(shield=True, deadline=self._grace_deadline) as scope:
             actor.scope = scope
             try:
-                await self._handler(key, value)
+                written = await self._handler(key, value)
             except Exception as exc:  # the per-object reconcile boundary (STYLE: Errors)
                 delay = self._failed(key, exc)
+            else:
+                number = resource_version_number(written) if written else None
+                if number is not None:
+                    actor.written = max(actor.written, number)
+                if isinstance(value, Gone):
+                    actor.written = -1
             finally:
                 actor.scope = None
         if scope.cancelled_caught:
@@ -343,13 +422,25 @@ class KeyedActors(Generic[K, V]):
                 "actor.abandoned",
                 controller=self.name,
                 key=key,
-                grace_s=self.grace_s,
                 reason="handler still running when the shutdown grace period ended",
             )
             await trio.lowlevel.checkpoint()  # delivers the shutdown's Cancelled
         if delay is None:
             self._handled += 1
         return delay
+
+    @staticmethod
+    def _echo(actor: _Actor[V], value: V) -> bool:
+        """Whether `value` is a Changed snapshot older than the handler's own last write."""
+        if actor.written < 0 or not isinstance(value, Changed):
+            return False
+        obj = value.obj
+        number = (
+            resource_version_number(obj.metadata.resource_version)
+            if isinstance(obj, Object)
+            else None
+        )
+        return number is not None and number < actor.written
 
     def _failed(self, key: K, exc: Exception) -> float:
         """Log a failed handler call once and return its retry delay."""
@@ -428,6 +519,7 @@ class KeyedActors(Generic[K, V]):
             handled=self._handled,
             retries=self._retries,
             coalesced=self._coalesced,
+            echoes=self._echoes,
             abandoned=self._abandoned,
         )
 

@@ -54,17 +54,24 @@ import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
-from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.views import node_ref
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
 from trio_ccm.kube.client import InvalidError, KubeError, NotFoundError
+from trio_ccm.kube.informer import Gone
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import set_pod_cidrs
-from trio_ccm.kube.wellknown import REASON_CIDR_ASSIGNMENT_FAILED, REASON_CIDR_NOT_AVAILABLE
+from trio_ccm.kube.wellknown import (
+    COMPONENT_IPAM,
+    NODE_IPAM_CONTROLLER,
+    REASON_CIDR_ASSIGNMENT_FAILED,
+    REASON_CIDR_NOT_AVAILABLE,
+)
 from trio_ccm.settings import Settings, cidrs_of, node_mask_sizes
 
-__all__ = ["IpamMetrics", "requires", "run"]
+__all__ = ["IpamMetrics", "NodeIpamController"]
 
 log = structlog.get_logger("trio_ccm.actors.node_ipam")
 
@@ -80,13 +87,6 @@ LIST_RETRY_BASE_S: Final = 1.0
 LIST_RETRY_CAP_S: Final = 30.0
 
 ClaimState = Literal["chosen", "written", "held"]
-
-
-def requires(_cloud: CloudProvider, settings: Settings) -> str | None:
-    """Acts only with --allocate-node-cidrs (settings checked --cluster-cidr and the masks)."""
-    if not settings.allocate_node_cidrs:
-        return "--allocate-node-cidrs=false (Node pod CIDRs are assigned by someone else)"
-    return None
 
 
 class IpamMetrics:
@@ -135,12 +135,46 @@ def _pod_cidrs(node: Node) -> tuple[str, ...]:
     return spec.pod_cidrs or ((spec.pod_cidr,) if spec.pod_cidr else ())
 
 
-class _Allocator:
-    """One term of leadership: the CIDR sets and what each Node holds."""
+class NodeIpamController(Controller):
+    """node-ipam-controller; see the module docstring."""
 
-    def __init__(self, ctx: ControllerContext) -> None:
+    name = NODE_IPAM_CONTROLLER
+    informers = frozenset({"nodes"})
+    client_name = "node-controller"
+    event_component = COMPONENT_IPAM
+
+    @classmethod
+    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
+        """Acts only with --allocate-node-cidrs (settings checked --cluster-cidr and the
+        masks)."""
+        if not settings.allocate_node_cidrs:
+            return "--allocate-node-cidrs=false (Node pod CIDRs are assigned by someone else)"
+        return None
+
+    def __init__(self, setup: ControllerSetup) -> None:
+        super().__init__(setup)
+        self.metrics = IpamMetrics(setup.registry)
+
+    async def run(self, ctx: ControllerContext) -> None:
+        """Mark the CIDRs Nodes have, then one actor per Node."""
+        allocator = _Allocator(ctx, self.metrics)
+        async with ctx.nodes.subscription() as mailbox:
+            await allocator.occupy_existing()
+            actors = ctx.keyed(
+                allocator.sync,
+                limiter=trio.CapacityLimiter(CIDR_UPDATE_WORKERS),
+                backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
+            )
+            await actors.serve(mailbox)
+
+
+class _Allocator:
+    """One term of leadership: the CIDR sets and what each Node holds (one `_Claim` per
+    Node name, dropped by `forget`)."""
+
+    def __init__(self, ctx: ControllerContext, metrics: IpamMetrics) -> None:
         self.ctx = ctx
-        self.metrics = ctx.once("metrics", lambda: IpamMetrics(ctx.registry))
+        self.metrics = metrics
         sizes = node_mask_sizes(ctx.settings)
         self.sets = [CidrSet(c, sizes[c.version]) for c in cidrs_of(ctx.settings.cluster_cidr)]
         self.services = cidrs_of(ctx.settings.service_cluster_ip_range)
@@ -333,10 +367,11 @@ class _Allocator:
         return RetryAfter(delay, message)
 
     # -- one Node --------------------------------------------------------------------------
-    async def sync(self, name: str, node: Node | None) -> None:
-        if node is None:
+    async def sync(self, name: str, message: Message[Node]) -> str | None:
+        if isinstance(message, Gone):
             self.forget(name, "the Node was deleted")
-            return
+            return None
+        node = message.obj
         claim = self.claims.get(name)
         if claim is not None and claim.uid != node.metadata.uid:
             self.forget(name, "the Node registered again under the same name")
@@ -344,28 +379,29 @@ class _Allocator:
         texts = _pod_cidrs(node)
         if texts:
             self.hold(node, texts)
-            return
+            return None
         if node.metadata.deletion_timestamp:
             if claim is not None and claim.state == "chosen":
                 self.forget(name, "the Node is being deleted")
-            return
+            return None
         if claim is None:
             claim = self.choose(node)
         elif claim.state != "chosen":
-            return  # a cache entry older than our write: its echo is on the way
-        await self.write(node, claim)
+            return None  # a cache entry older than our write: its echo is on the way
+        return await self.write(node, claim)
 
-    async def write(self, node: Node, claim: _Claim) -> None:
+    async def write(self, node: Node, claim: _Claim) -> str | None:
+        """Write the chosen CIDRs (3 attempts); the resourceVersion written, if it was."""
         name = node.metadata.name
         texts = [str(c) for c in claim.cidrs]
         patch = set_pod_cidrs(texts, uid=claim.uid)
         error: KubeError | None = None
         for attempt in range(1, CIDR_UPDATE_ATTEMPTS + 1):
             try:
-                await self.ctx.kube.patch(NODES, name, patch)
+                written = await self.ctx.kube.patch(NODES, name, patch)
             except NotFoundError:
                 self.forget(name, "the Node was deleted")
-                return
+                return None
             except InvalidError as exc:  # a test failed (or the write was refused): look
                 error = exc
                 break
@@ -375,9 +411,10 @@ class _Allocator:
             else:
                 claim.state = "written"
                 log.info("node.pod-cidrs-assigned", node=name, pod_cidrs=texts)
-                return
+                return written.metadata.resource_version
         assert error is not None
         await self.settle(node, claim, error)
+        return None
 
     async def settle(self, node: Node, claim: _Claim, error: KubeError) -> None:
         """After a failed write: read the Node back and act on what it really holds."""
@@ -463,19 +500,3 @@ class _Allocator:
             token = page.metadata.continue_
             if not token:
                 return nodes
-
-
-async def run(ctx: ControllerContext) -> None:
-    """The controller: mark the CIDRs Nodes have, then one actor per Node."""
-    allocator = _Allocator(ctx)
-    mailbox = ctx.nodes.subscribe()
-    try:
-        await allocator.occupy_existing()
-        actors = ctx.keyed(
-            allocator.sync,
-            limiter=trio.CapacityLimiter(CIDR_UPDATE_WORKERS),
-            backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
-        )
-        await actors.serve(mailbox)
-    finally:
-        ctx.nodes.unsubscribe(mailbox)

@@ -25,13 +25,16 @@ from collections.abc import Mapping
 import structlog
 import trio
 
-from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext
+from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
 from trio_ccm.cloud.provider import CloudProvider, InstanceMetadata, Instances
 from trio_ccm.kube.client import ConflictError, KubeError, NotFoundError
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import JSONValue, add_taint, remove_taint
 from trio_ccm.kube.wellknown import (
+    CLOUD_NODE_LIFECYCLE_CONTROLLER,
+    COMPONENT_CLOUD_NODE_LIFECYCLE,
     CONDITION_READY,
     REASON_DELETING_NODE,
     REASON_DELETING_NODE_FAILED,
@@ -39,30 +42,45 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm.settings import Settings
 
-__all__ = ["requires", "run"]
+__all__ = ["NodeLifecycleController"]
 
 log = structlog.get_logger("trio_ccm.actors.node_lifecycle")
 
 _SHUTDOWN_TAINT: dict[str, JSONValue] = {"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}
 
 
-def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
-    return None if cloud.instances is not None else "the cloud provider has no instances"
+class NodeLifecycleController(Controller):
+    """cloud-node-lifecycle-controller; see the module docstring."""
+
+    name = CLOUD_NODE_LIFECYCLE_CONTROLLER
+    informers = frozenset({"nodes"})
+    client_name = "node-controller"
+    event_component = COMPONENT_CLOUD_NODE_LIFECYCLE
+
+    @classmethod
+    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
+        return None if cloud.instances is not None else "the cloud provider has no instances"
+
+    async def run(self, ctx: ControllerContext) -> None:
+        """One monitoring pass every --node-monitor-period after the previous one ended."""
+        instances = ctx.cloud.instances
+        assert instances is not None  # requires() said so
+        term = _Term(ctx, instances)
+        await serve_passes(
+            term.monitor, name=ctx.name, period_s=ctx.settings.node_monitor_period_s, sliding=True
+        )
 
 
-class _Lifecycle:
+class _Term:
+    """One term of leadership: the monitoring passes."""
+
     def __init__(self, ctx: ControllerContext, instances: Instances) -> None:
         self.ctx = ctx
         self.instances = instances
         self.limiter = trio.CapacityLimiter(ctx.settings.concurrent_node_syncs)
 
-    async def monitor_forever(self) -> None:
-        period = self.ctx.settings.node_monitor_period_s
-        while True:
-            await self.monitor()
-            await trio.sleep(period)
-
     async def monitor(self) -> None:
+        """One pass: Ready Nodes lose the shutdown taint; the others are asked about."""
         not_ready: list[Node] = []
         async with trio.open_nursery() as nursery:
             for node in self.ctx.nodes.items():
@@ -74,14 +92,12 @@ class _Lifecycle:
                         nursery.start_soon(self.patch_taint, node, False)
                 else:
                     not_ready.append(node)
-            if not not_ready:
-                return
+        if not not_ready:
+            return
+        async with trio.open_nursery() as nursery:
             if self.ctx.batcher is not None:
-                try:
-                    found = await self.ctx.batcher.all_metadata([node_info(n) for n in not_ready])
-                except Exception as exc:  # an error never deletes; next period
-                    log.warning("lifecycle.listing-failed", nodes=len(not_ready), error=str(exc))
-                    return
+                # A failed listing fails the pass (an error never deletes): next period.
+                found = await self.ctx.batcher.all_metadata([node_info(n) for n in not_ready])
                 for node in not_ready:
                     nursery.start_soon(self.check_listed, node, found)
             else:
@@ -158,10 +174,3 @@ class _Lifecycle:
             log.warning("node.taint-failed", node=name, taint=TAINT_SHUTDOWN, error=str(exc))
             return
         log.info("node.shutdown-tainted" if add else "node.shutdown-untainted", node=name)
-
-
-async def run(ctx: ControllerContext) -> None:
-    """The controller: one monitoring pass every --node-monitor-period."""
-    instances = ctx.cloud.instances
-    assert instances is not None  # requires() said so
-    await _Lifecycle(ctx, instances).monitor_forever()

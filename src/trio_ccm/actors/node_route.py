@@ -48,30 +48,34 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, NoReturn
+from typing import Final, Literal
 
 import prometheus_client
 import structlog
 import trio
 
-from trio_ccm.actors.context import ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import node_addresses, node_ref
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
 from trio_ccm.kube.client import KubeError, NotFoundError
 from trio_ccm.kube.events import timestamp
+from trio_ccm.kube.informer import Changed, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import set_condition
 from trio_ccm.kube.wellknown import (
+    COMPONENT_ROUTE,
     CONDITION_NETWORK_UNAVAILABLE,
     NO_ROUTE_CREATED,
+    NODE_ROUTE_CONTROLLER,
     REASON_FAILED_TO_CREATE_ROUTE,
     ROUTE_CREATED,
 )
-from trio_ccm.mailbox import Mailbox
+from trio_ccm.mailbox import MailboxReader
 from trio_ccm.settings import Settings, cidrs_of, format_duration
 
-__all__ = ["requires", "run"]
+__all__ = ["NodeRouteController", "Plan", "plan", "responsible"]
 
 log = structlog.get_logger("trio_ccm.actors.node_route")
 
@@ -82,22 +86,6 @@ MIN_PASS_SPACING_S: Final = 1.0
 
 Action = Literal["keep", "add", "update"]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def requires(cloud: CloudProvider, settings: Settings) -> str | None:
-    """Upstream's start conditions: skipped without --configure-cloud-routes or without
-    cloud routes; an error (exit) when it would run without --cluster-cidr."""
-    if not settings.configure_cloud_routes:
-        return "--configure-cloud-routes=false"
-    if cloud.routes is None:
-        return "the cloud provider has no routes"
-    if not settings.cluster_cidr:
-        raise ConfigError(
-            "node-route-controller: --cluster-cidr is empty, so no route could be told apart "
-            "from someone else's; give the pod CIDR(s), e.g. --cluster-cidr=10.244.0.0/16, or "
-            "turn routes off with --configure-cloud-routes=false (or --controllers=*,-route)"
-        )
-    return None
 
 
 # -- planning (pure) ----------------------------------------------------------------------
@@ -227,42 +215,75 @@ def _relevant(node: Node) -> _Relevant:
     return _pod_cidrs(node), node_addresses(node)
 
 
-class _RouteController:
-    def __init__(self, ctx: ControllerContext, routes: Routes) -> None:
+class NodeRouteController(Controller):
+    """node-route-controller; see the module docstring."""
+
+    name = NODE_ROUTE_CONTROLLER
+    informers = frozenset({"nodes"})
+    client_name = "route-controller"
+    event_component = COMPONENT_ROUTE
+
+    @classmethod
+    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
+        """Upstream's start conditions: skipped without --configure-cloud-routes or without
+        cloud routes; an error (exit) when it would run without --cluster-cidr."""
+        if not settings.configure_cloud_routes:
+            return "--configure-cloud-routes=false"
+        if cloud.routes is None:
+            return "the cloud provider has no routes"
+        if not settings.cluster_cidr:
+            raise ConfigError(
+                "node-route-controller: --cluster-cidr is empty, so no route could be told "
+                "apart from someone else's; give the pod CIDR(s), e.g. "
+                "--cluster-cidr=10.244.0.0/16, or turn routes off with "
+                "--configure-cloud-routes=false (or --controllers=*,-route)"
+            )
+        return None
+
+    def __init__(self, setup: ControllerSetup) -> None:
+        super().__init__(setup)
+        self.syncs = prometheus_client.Counter(
+            "route_controller_route_sync",
+            "A metric counting the amount of times routes have been synced with cloud provider.",
+            registry=setup.registry,
+        )
+
+    async def run(self, ctx: ControllerContext) -> None:
+        """A pass at start, every period, and soon after relevant Node changes."""
+        routes = ctx.cloud.routes
+        assert routes is not None  # requires() said so
+        term = _Term(ctx, routes, self.syncs)
+        async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
+            # The mailbox starts with every cached Node: seeded from the same cache, so they
+            # are not taken for changes (the first pass covers them).
+            term.seen = {node.metadata.name: _relevant(node) for node in ctx.nodes.items()}
+            nursery.start_soon(term.watch, mailbox)
+            await serve_passes(
+                term.reconcile,
+                name=ctx.name,
+                period_s=ctx.settings.route_reconciliation_period_s,
+                wake=term.changed,
+                min_spacing_s=MIN_PASS_SPACING_S,
+            )
+
+
+class _Term:
+    """One term of leadership: the passes and what triggers them."""
+
+    def __init__(self, ctx: ControllerContext, routes: Routes, syncs: prometheus_client.Counter):
         self.ctx = ctx
         self.routes = routes
+        self.syncs = syncs
         self.cluster = ctx.settings.cluster_name
         self.clusters: list[Network] = cidrs_of(ctx.settings.cluster_cidr)
-        self.syncs = ctx.once(
-            "route_sync",
-            lambda: prometheus_client.Counter(
-                "route_controller_route_sync",
-                "A metric counting the amount of times routes have been synced with cloud "
-                "provider.",
-                registry=ctx.registry,
-            ),
-        )
         # One limit for every cloud route operation of a pass (passes never overlap).
         self.limiter = trio.CapacityLimiter(MAX_CONCURRENT_ROUTE_OPERATIONS)
-        self.seen: dict[str, _Relevant] = {}
-        self.changed = trio.Event()
+        self.seen: dict[str, _Relevant] = {}  # per Node: what of it a route depends on
+        self.changed = Wake()
 
-    # -- triggers ---------------------------------------------------------------------
-    async def serve(self) -> NoReturn:
-        mailbox = self.ctx.nodes.subscribe()
-        # The mailbox starts with every cached Node: seeded from the same cache, so they
-        # are not taken for changes (the first pass covers them).
-        self.seen = {node.metadata.name: _relevant(node) for node in self.ctx.nodes.items()}
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.watch, mailbox)
-                await self.pass_forever()
-        finally:
-            self.ctx.nodes.unsubscribe(mailbox)
-
-    async def watch(self, mailbox: Mailbox[str, Node | None]) -> None:
-        async for name, node in mailbox:
-            now = None if node is None else _relevant(node)
+    async def watch(self, mailbox: MailboxReader[str, Update[Node]]) -> None:
+        async for name, update in mailbox:
+            now = _relevant(update.obj) if isinstance(update, Changed) else None
             if self.seen.get(name) == now:
                 continue
             if now is None:
@@ -272,25 +293,12 @@ class _RouteController:
             log.debug("route.node-changed", node=name, deleted=now is None)
             self.changed.set()
 
-    async def pass_forever(self) -> NoReturn:
-        period = self.ctx.settings.route_reconciliation_period_s
-        while True:
-            started = trio.current_time()
-            self.changed = trio.Event()  # changes from here on ask for the next pass
-            await self.reconcile()
-            with trio.move_on_at(started + period):
-                await self.changed.wait()
-                await trio.sleep_until(started + MIN_PASS_SPACING_S)
-
     # -- one pass ---------------------------------------------------------------------
     async def reconcile(self) -> None:
+        """One pass; a failed ListRoutes fails it (the next pass tries again)."""
         self.syncs.inc()
         started = trio.current_time()
-        try:
-            listed = await self.routes.list_routes(self.cluster)
-        except Exception as exc:  # the provider's error: the next pass tries again
-            log.warning("route.list-failed", cluster=self.cluster, error=str(exc))
-            return
+        listed = await self.routes.list_routes(self.cluster)
         nodes = self.ctx.nodes.items()
         todo = plan(nodes, listed, self.clusters, address_aware=self.routes.enable_node_addresses)
         async with trio.open_nursery() as nursery:
@@ -408,10 +416,3 @@ class _RouteController:
             log.warning("node.network-condition-failed", node=name, error=str(exc))
             return
         log.info("node.network-condition-set", node=name, status=status, reason=reason)
-
-
-async def run(ctx: ControllerContext) -> None:
-    """The controller: a pass at start, every period, and soon after relevant Node changes."""
-    routes = ctx.cloud.routes
-    assert routes is not None  # requires() said so
-    await _RouteController(ctx, routes).serve()

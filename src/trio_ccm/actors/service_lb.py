@@ -57,8 +57,10 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import prometheus_client
@@ -66,8 +68,9 @@ import structlog
 import trio
 
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
-from trio_ccm.actors.context import ControllerContext
-from trio_ccm.actors.keyed import KeyedActors
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
+from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
@@ -79,13 +82,13 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import NotFoundError
+from trio_ccm.kube.informer import Changed, Gone, Update
 from trio_ccm.kube.objects import (
     SERVICES,
     LoadBalancerIngress,
     Node,
     PortStatus,
     Service,
-    resource_version_number,
 )
 from trio_ccm.kube.patches import (
     JSONValue,
@@ -96,6 +99,7 @@ from trio_ccm.kube.patches import (
 )
 from trio_ccm.kube.wellknown import (
     ANNOTATION_LB_SOURCE_RANGES,
+    COMPONENT_SERVICE,
     FINALIZER_LB_CLEANUP,
     LABEL_EXCLUDE_FROM_LB,
     REASON_DELETE_LB_FAILED,
@@ -107,12 +111,13 @@ from trio_ccm.kube.wellknown import (
     REASON_UNAVAILABLE_LB,
     REASON_UPDATE_LB_FAILED,
     REASON_UPDATED_LB,
+    SERVICE_LB_CONTROLLER,
     TAINT_TO_BE_DELETED_BY_CA,
 )
-from trio_ccm.mailbox import Mailbox
+from trio_ccm.mailbox import Mailbox, MailboxReader
 from trio_ccm.settings import Settings
 
-__all__ = ["ServiceMetrics", "requires", "run", "stable_node", "wants_load_balancer"]
+__all__ = ["ServiceLbController", "ServiceMetrics", "stable_node", "wants_load_balancer"]
 
 log = structlog.get_logger("trio_ccm.actors.service_lb")
 
@@ -129,10 +134,6 @@ _TRUE: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 NodeSet = frozenset[tuple[str, str]]
 """The backends as the controller compares them: (Node name, provider ID) pairs."""
-
-
-def requires(cloud: CloudProvider, _settings: Settings) -> str | None:
-    return None if cloud.load_balancers is not None else "the cloud provider has no load balancers"
 
 
 # -- upstream's predicates ---------------------------------------------------------------
@@ -296,52 +297,152 @@ class _NodeSyncPass:
         self.pending = keys
 
 
-class _ServiceController:
-    def __init__(self, ctx: ControllerContext, lbs: LoadBalancers) -> None:
-        self.ctx = ctx
-        self.lbs = lbs
-        self.cluster = ctx.settings.cluster_name
-        self.metrics = ctx.once("metrics", lambda: ServiceMetrics(ctx.registry))
-        self.inbox: Mailbox[str, Service | None] = Mailbox()
-        self.cache: dict[str, Service] = {}  # Services handled this term (upstream's cache)
-        self.synced: dict[str, _Synced] = {}
-        self.written: dict[str, int] = {}  # resourceVersion of our last write per Service
-        self.invalid: dict[str, tuple[object, ...]] = {}  # warned about at this fingerprint
-        self.seen: set[str] = set()  # keys the router has handed on at least once
-        self.deferred: dict[str, None] = {}  # to be re-verified gently, in order
-        self.deferred_added = trio.Event()
-        self.forced: set[str] = set()  # re-verification: ensure even if nothing changed
-        self.node_pass: _NodeSyncPass | None = None
-        self.actors: KeyedActors[str, Service | None] | None = None
-        self.intent: dict[str, tuple[object, ...]] = {}  # what the owner last asked for
-        self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
-        self.backends = self.refresh_backends()
-        rates = {family: (qps, burst) for family, qps, burst in ctx.settings.cloud_rates}
+@dataclass(slots=True)
+class _Record:
+    """What this term knows of one Service; `_Term.forget` drops it (and its place in the
+    re-verification queue and the node-sync pass)."""
+
+    handled: Service | None = None
+    """The Service as last handled (upstream's cache): deleting its load balancer needs it."""
+    synced: _Synced | None = None
+    invalid: tuple[object, ...] | None = None
+    """The fingerprint a Warning was given for: no cloud call until it changes."""
+    intent: tuple[object, ...] | None = None
+    """What the owner last asked for (the router's: a change expedites a retry)."""
+    routed: bool = False
+    """The router has handed it on: only a first sighting may be deferred after a restart."""
+    reverify: bool = False
+    """A Reverify is on its way: a Changed that overtakes it is upgraded, not lost."""
+
+
+class ServiceLbController(Controller):
+    """service-lb-controller; see the module docstring."""
+
+    name = SERVICE_LB_CONTROLLER
+    informers = frozenset({"services", "nodes"})
+    client_name = "service-controller"
+    event_component = COMPONENT_SERVICE
+
+    @classmethod
+    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
+        if cloud.load_balancers is None:
+            return "the cloud provider has no load balancers"
+        return None
+
+    def __init__(self, setup: ControllerSetup) -> None:
+        super().__init__(setup)
+        self.metrics = ServiceMetrics(setup.registry)
+        rates = {family: (qps, burst) for family, qps, burst in setup.settings.cloud_rates}
         qps = rates.get("load_balancers", (DEFAULT_RATES["load_balancers"].qps, 0))[0]
         self.verify_interval_s = 1.0 / (qps * VERIFY_SHARE)
 
+    async def run(self, ctx: ControllerContext) -> None:
+        """The router, the per-Service actors, the node watcher, the pacer, the drift check."""
+        lbs = ctx.cloud.load_balancers
+        assert lbs is not None  # requires() said so
+        term = _Term(ctx, lbs, self.metrics)
+        term.actors = ctx.keyed(
+            term.sync,
+            limiter=trio.CapacityLimiter(
+                max(ctx.settings.concurrent_service_syncs, MIN_CONCURRENCY)
+            ),
+            backoff=Backoff(SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S),
+        )
+        async with (
+            ctx.services.subscription() as services,
+            ctx.nodes.subscription() as nodes,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(term.route, services)
+            nursery.start_soon(term.actors.serve, term.inbox)
+            nursery.start_soon(term.watch_nodes, nodes)
+            # Deferred Services go to the actors one per verify interval, at the gentle rate.
+            nursery.start_soon(
+                partial(
+                    serve_passes,
+                    term.feed_deferred,
+                    name=f"{ctx.name}/verify",
+                    period_s=math.inf,
+                    wake=term.deferred_added,
+                    min_spacing_s=self.verify_interval_s,
+                )
+            )
+            nursery.start_soon(
+                partial(
+                    serve_passes,
+                    term.check_drift,
+                    name=f"{ctx.name}/drift",
+                    period_s=DRIFT_CHECK_PERIOD_S,
+                )
+            )
+
+
+class _Term:
+    """One term of leadership: one `_Record` per Service, the actors and their feeders."""
+
+    def __init__(self, ctx: ControllerContext, lbs: LoadBalancers, metrics: ServiceMetrics):
+        self.ctx = ctx
+        self.lbs = lbs
+        self.metrics = metrics
+        self.cluster = ctx.settings.cluster_name
+        self.records: dict[str, _Record] = {}
+        self.inbox: Mailbox[str, Message[Service]] = Mailbox()
+        self.actors: KeyedActors[str, Message[Service]] | None = None
+        self.deferred: dict[str, None] = {}  # to be re-verified gently, in order
+        self.deferred_added = Wake()
+        self.node_pass: _NodeSyncPass | None = None
+        self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
+        self.backends = self.refresh_backends()
+
+    def record(self, key: str) -> _Record:
+        found = self.records.get(key)
+        if found is None:
+            found = self.records[key] = _Record()
+        return found
+
+    def forget(self, key: str) -> None:
+        """The one way a Service leaves this term's bookkeeping."""
+        self.records.pop(key, None)
+        self.deferred.pop(key, None)
+        self.node_pass_done(key)
+
+    def send(self, key: str, message: Message[Service]) -> None:
+        """Hand a message to the Service's actor (a Changed overtaking a Reverify on its way
+        stays a Reverify)."""
+        record = self.records.get(key)
+        if isinstance(message, Changed) and record is not None and record.reverify:
+            message = Reverify(message.obj)
+        self.inbox.put(key, message)
+
     # -- which Services, and when --------------------------------------------------------
-    async def route(self, mailbox: Mailbox[str, Service | None]) -> None:
+    async def route(self, mailbox: MailboxReader[str, Update[Service]]) -> None:
         """Hand Service changes to the actors; provisioned ones first seen go to the pacer."""
-        async for key, service in mailbox:
-            if service is None:
+        async for key, update in mailbox:
+            if isinstance(update, Gone):
+                record = self.records.get(key)
                 self.deferred.pop(key, None)
-                if key in self.cache:
-                    self.inbox.put(key, None)
-                self.expedite_if_changed(key, None)
+                if record is not None and record.handled is not None:
+                    self.send(key, update)
+                    self.expedite_if_changed(key, record, None)
+                else:
+                    self.forget(key)
                 continue
-            if not (wants_load_balancer(service) or _has_finalizer(service) or key in self.cache):
-                continue
-            if key not in self.seen:
-                self.seen.add(key)
+            service = update.obj
+            record = self.records.get(key)
+            if record is None:
+                if not (wants_load_balancer(service) or _has_finalizer(service)):
+                    continue
+                record = self.record(key)
+            if not record.routed:
+                record.routed = True
                 if self.looks_provisioned(service):
                     self.defer(key)
                     continue
             self.deferred.pop(key, None)
-            self.inbox.put(key, service)
-            self.expedite_if_changed(key, service)
+            self.send(key, update)
+            self.expedite_if_changed(key, record, service)
 
-    def expedite_if_changed(self, key: str, service: Service | None) -> None:
+    def expedite_if_changed(self, key: str, record: _Record, service: Service | None) -> None:
         """A Service backing off after a failure is retried at once when its owner changed
         what it asks for (fixed it, deleted it, or no longer wants a load balancer), as
         upstream's queue does; our own status and finalizer writes do not count."""
@@ -354,11 +455,7 @@ class _ServiceController:
                 wants_load_balancer(service),
             )
         )
-        previous = self.intent.get(key)
-        if service is None:
-            self.intent.pop(key, None)
-        else:
-            self.intent[key] = intent
+        previous, record.intent = record.intent, intent
         changed = previous is not None and previous != intent
         if changed and self.actors is not None and self.actors.expedite(key):
             log.info("service.retry-expedited", service=key, reason="the Service changed")
@@ -376,73 +473,68 @@ class _ServiceController:
         self.deferred[key] = None
         self.deferred_added.set()
 
-    async def verify_forever(self) -> None:
-        """Feed deferred Services to the actors at the gentle rate; queue every load balancer
-        for re-verification each DRIFT_CHECK_PERIOD_S."""
-        next_drift = trio.current_time() + DRIFT_CHECK_PERIOD_S
-        while True:
-            if self.deferred:
-                key = next(iter(self.deferred))
-                del self.deferred[key]
-                service = self.ctx.services.get(key)
-                if service is not None:
-                    self.forced.add(key)
-                    self.inbox.put(key, service)
-                await trio.sleep(self.verify_interval_s)
-                continue
-            self.deferred_added = trio.Event()
-            with trio.move_on_at(next_drift):
-                await self.deferred_added.wait()
-            if trio.current_time() >= next_drift:
-                next_drift = trio.current_time() + DRIFT_CHECK_PERIOD_S
-                for key in sorted(self.synced):
-                    self.deferred[key] = None
+    async def feed_deferred(self) -> None:
+        """One deferred Service to its actor (a Reverify); the pacer runs this once per
+        verify interval while any are left."""
+        if not self.deferred:
+            return
+        key = next(iter(self.deferred))
+        del self.deferred[key]
+        service = self.ctx.services.get(key)
+        if service is not None:
+            self.record(key).reverify = True
+            self.inbox.put(key, Reverify(service))
+        if self.deferred:
+            self.deferred_added.set()
 
-    async def watch_nodes(self) -> None:
+    async def check_drift(self) -> None:
+        """Queue every load balancer ensured this term for a gentle re-verification."""
+        for key in sorted(k for k, r in self.records.items() if r.synced is not None):
+            self.deferred[key] = None
+        if self.deferred:
+            self.deferred_added.set()
+
+    async def watch_nodes(self, mailbox: Mailbox[str, Update[Node]]) -> None:
         """Push a changed node set to every load balancer, once the changes have settled:
         no change of the set for NODE_SYNC_COALESCE_S, or NODE_SYNC_MAX_WAIT_S after the
         first. Readiness, heartbeats and labels other than the exclusion label are no
         change (upstream's predicates)."""
-        mailbox = self.ctx.nodes.subscribe()
-        try:
-            current = self.backends.node_set
-            while True:
-                await mailbox.get()
-                give_up_at = trio.current_time() + NODE_SYNC_MAX_WAIT_S
-                seen = self.node_set(self.stable_nodes())
-                while trio.current_time() < give_up_at:
-                    await trio.sleep(NODE_SYNC_COALESCE_S)
-                    while len(mailbox):
-                        mailbox.get_nowait()
-                    now = self.node_set(self.stable_nodes())
-                    if now == seen:
-                        break
-                    seen = now
-                backends = self.refresh_backends()
-                if backends.node_set == current:
-                    continue
-                current = backends.node_set
-                # Load balancers ensured this term, and those still waiting for their gentle
-                # re-verification after a restart (their backends may be stale).
-                keys = {
-                    key
-                    for key in [*self.synced, *self.deferred]
-                    if (service := self.ctx.services.get(key)) is not None
-                    and wants_load_balancer(service)
-                }
-                log.info(
-                    "service.node-set-changed",
-                    nodes=len(backends.nodes),
-                    load_balancers=len(keys),
-                )
-                self.node_pass = _NodeSyncPass(set(keys)) if keys else None
-                for key in sorted(keys):
-                    service = self.ctx.services.get(key)
-                    if service is not None:
-                        self.deferred.pop(key, None)
-                        self.inbox.put(key, service)
-        finally:
-            self.ctx.nodes.unsubscribe(mailbox)
+        current = self.backends.node_set
+        while True:
+            await mailbox.get()
+            give_up_at = trio.current_time() + NODE_SYNC_MAX_WAIT_S
+            seen = self.node_set(self.stable_nodes())
+            while trio.current_time() < give_up_at:
+                await trio.sleep(NODE_SYNC_COALESCE_S)
+                while len(mailbox):
+                    mailbox.get_nowait()
+                now = self.node_set(self.stable_nodes())
+                if now == seen:
+                    break
+                seen = now
+            backends = self.refresh_backends()
+            if backends.node_set == current:
+                continue
+            current = backends.node_set
+            # Load balancers ensured this term, and those still waiting for their gentle
+            # re-verification after a restart (their backends may be stale).
+            keys = {
+                key
+                for key in [*(k for k, r in self.records.items() if r.synced), *self.deferred]
+                if (service := self.ctx.services.get(key)) is not None
+                and wants_load_balancer(service)
+            }
+            log.info(
+                "service.node-set-changed",
+                nodes=len(backends.nodes),
+                load_balancers=len(keys),
+            )
+            self.node_pass = _NodeSyncPass(set(keys)) if keys else None
+            for key in sorted(keys):
+                service = self.ctx.services.get(key)
+                if service is not None:
+                    self.deferred.pop(key, None)
+                    self.send(key, Changed(service))
 
     def stable_nodes(self) -> list[Node]:
         return sorted(
@@ -479,16 +571,18 @@ class _ServiceController:
             self.node_pass = None
 
     # -- one Service ---------------------------------------------------------------------
-    async def sync(self, key: str, service: Service | None) -> None:
-        force = key in self.forced
-        self.forced.discard(key)
-        if service is None:
+    async def sync(self, key: str, message: Message[Service]) -> str | None:
+        """One Service: its load balancer, finalizer and status. Returns the
+        resourceVersion of our last write (so the actors skip its stale echoes)."""
+        if isinstance(message, Gone):
             await self.process_deletion(key)
-            return
-        number = resource_version_number(service.metadata.resource_version)
-        if not force and number is not None and number < self.written.get(key, -1):
-            return  # an echo older than our last write: the newer one is on its way
-        old = self.cache.get(key)
+            return None
+        service = message.obj
+        force = isinstance(message, Reverify)
+        record = self.record(key)
+        if force:
+            record.reverify = False
+        old = record.handled
         if old is not None and old.metadata.uid != service.metadata.uid:
             log.info(
                 "service.recreated",
@@ -497,10 +591,10 @@ class _ServiceController:
                 uid=service.metadata.uid,
             )
             await self.delete_load_balancer(key, old)
-            self.synced.pop(key, None)
-        self.cache[key] = service
+            record.synced = None
+        record.handled = service
         try:
-            await self.sync_load_balancer(key, service, force=force)
+            written = await self.sync_load_balancer(key, record, service, force=force)
         except Exception as exc:
             self.ctx.events.warning(
                 service_ref(service), REASON_SYNC_LB_FAILED, f"Error syncing load balancer: {exc}"
@@ -508,17 +602,14 @@ class _ServiceController:
             self.node_pass_done(key, failed=True)
             raise
         self.node_pass_done(key)
+        return written
 
     async def process_deletion(self, key: str) -> None:
         """A Service gone without our finalizer: delete its load balancer if we knew it."""
-        self.written.pop(key, None)
-        self.invalid.pop(key, None)
-        cached = self.cache.get(key)
-        if cached is not None and key in self.synced:
-            await self.delete_load_balancer(key, cached)
-        self.cache.pop(key, None)
-        self.synced.pop(key, None)
-        self.node_pass_done(key)
+        record = self.records.get(key)
+        if record is not None and record.handled is not None and record.synced is not None:
+            await self.delete_load_balancer(key, record.handled)
+        self.forget(key)
 
     async def delete_load_balancer(self, key: str, service: Service) -> None:
         """Upstream's processLoadBalancerDelete (Services without the finalizer)."""
@@ -534,20 +625,21 @@ class _ServiceController:
         self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
         log.info("service.load-balancer-deleted", service=key, uid=service.metadata.uid)
 
-    async def sync_load_balancer(self, key: str, service: Service, *, force: bool) -> None:
+    async def sync_load_balancer(
+        self, key: str, record: _Record, service: Service, *, force: bool
+    ) -> str | None:
         deleting = bool(service.metadata.deletion_timestamp)
         if not wants_load_balancer(service) or deleting:
-            if _has_finalizer(service) or key in self.synced:
-                await self.clean_up(key, service)
-            else:
-                self.cache.pop(key, None)
-            return
+            if _has_finalizer(service) or record.synced is not None:
+                return await self.clean_up(key, service)
+            self.forget(key)
+            return None
         fingerprint = _fingerprint(service)
-        if self.invalid.get(key) == fingerprint:
-            return  # warned already; waits for a change of the Service
+        if record.invalid == fingerprint:
+            return None  # warned already; waits for a change of the Service
         problems = _problems(service)
         if problems:
-            self.invalid[key] = fingerprint
+            record.invalid = fingerprint
             message = "; ".join(problems)
             self.ctx.events.warning(
                 service_ref(service),
@@ -556,39 +648,40 @@ class _ServiceController:
                 "it changes",
             )
             log.warning("service.invalid", service=key, problems=problems)
-            return
-        self.invalid.pop(key, None)
+            return None
+        record.invalid = None
         backends = self.backends
-        previous = self.synced.get(key)
-        current_ingress = service.status.load_balancer.ingress
+        previous = record.synced
         unchanged = (
             previous is not None
             and previous.fingerprint == fingerprint
-            and previous.ingress == current_ingress
+            and previous.ingress == service.status.load_balancer.ingress
             and _has_finalizer(service)
         )
         if unchanged and not force:
             assert previous is not None
             if previous.nodes != backends.node_set:
-                await self.update_hosts(key, service, backends, previous)
-            return
-        await self.ensure(key, service, backends, quiet=force and unchanged)
+                return await self.update_hosts(key, record, service, backends, previous)
+            return None
+        return await self.ensure(key, record, service, backends, quiet=force and unchanged)
 
     async def ensure(
         self,
         key: str,
+        record: _Record,
         service: Service,
         backends: _Backends,
         *,
         quiet: bool,
-    ) -> None:
+    ) -> str | None:
         """Upstream's ensure branch; `quiet` (a re-verification) skips the Normal Events
         unless the status changes."""
         ref = service_ref(service)
+        written: str | None = None
         if not quiet:
             self.ctx.events.normal(ref, REASON_ENSURING_LB, "Ensuring load balancer")
         if not _has_finalizer(service):
-            await self.patch_status(
+            written = await self.patch_status(
                 key, add_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
             )
             log.info("service.finalizer-added", service=key)
@@ -601,13 +694,13 @@ class _ServiceController:
             status = await self.lbs.ensure_load_balancer(self.cluster, info, backends.infos)
         except ImplementedElsewhere:
             log.info("service.implemented-elsewhere", service=key)
-            self.synced[key] = _Synced(
+            record.synced = _Synced(
                 service.metadata.uid,
                 _fingerprint(service),
                 backends.node_set,
                 service.status.load_balancer.ingress,
             )
-            return
+            return written
         if status is None:
             raise CcmError("service status returned by EnsureLoadBalancer is nil")
         ingress = _ingress(status)
@@ -615,26 +708,28 @@ class _ServiceController:
         if changed or not quiet:
             self.ctx.events.normal(ref, REASON_ENSURED_LB, "Ensured load balancer")
         if changed:
-            await self.patch_status(key, set_load_balancer_status(_ingress_json(ingress)))
+            written = await self.patch_status(key, set_load_balancer_status(_ingress_json(ingress)))
             log.info(
                 "service.status-updated",
                 service=key,
                 ingress=[i.ip or i.hostname for i in ingress],
             )
-        self.synced[key] = _Synced(
+        record.synced = _Synced(
             service.metadata.uid, _fingerprint(service), backends.node_set, ingress
         )
         log.info(
             "service.load-balancer-ensured", service=key, nodes=len(backends.nodes), quiet=quiet
         )
+        return written
 
     async def update_hosts(
         self,
         key: str,
+        record: _Record,
         service: Service,
         backends: _Backends,
         previous: _Synced,
-    ) -> None:
+    ) -> str | None:
         """Only the backends changed: `update_load_balancer`; recorded after success."""
         ref = service_ref(service)
         info = service_info(service)
@@ -645,10 +740,10 @@ class _ServiceController:
             await self.lbs.update_load_balancer(self.cluster, info, backends.infos)
         except ImplementedElsewhere:
             # A no-op for the provider, and no Event (upstream).
-            self.synced[key] = dataclasses.replace(previous, nodes=backends.node_set)
-            return
+            record.synced = dataclasses.replace(previous, nodes=backends.node_set)
+            return None
         except Exception as exc:
-            self.synced.pop(key, None)  # a retry is a full ensure
+            record.synced = None  # a retry is a full ensure
             if await self.lbs.get_load_balancer(self.cluster, info) is not None:
                 self.ctx.events.warning(
                     ref,
@@ -663,9 +758,8 @@ class _ServiceController:
         if missing:
             # Gone from the cloud (drift): build it again rather than report success.
             log.warning("service.load-balancer-missing", service=key)
-            await self.ensure(key, service, backends, quiet=False)
-            return
-        self.synced[key] = dataclasses.replace(previous, nodes=backends.node_set)
+            return await self.ensure(key, record, service, backends, quiet=False)
+        record.synced = dataclasses.replace(previous, nodes=backends.node_set)
         if backends.nodes:
             self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
         else:
@@ -673,8 +767,9 @@ class _ServiceController:
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
         log.info("service.hosts-updated", service=key, nodes=len(backends.nodes))
+        return None
 
-    async def clean_up(self, key: str, service: Service) -> None:
+    async def clean_up(self, key: str, service: Service) -> str | None:
         """Upstream's delete branch: the load balancer, then the finalizer, then the status."""
         ref = service_ref(service)
         info = service_info(service)
@@ -692,57 +787,32 @@ class _ServiceController:
                 pass
             except Exception as exc:
                 raise CcmError(f"failed to delete load balancer: {exc}") from exc
-        self.synced.pop(key, None)
+        self.record(key).synced = None
         # The status first, then the finalizer (upstream does it the other way round): a
         # crash or failure in between is retried while the finalizer is still there,
         # instead of leaving a Service that no longer wants a load balancer advertising an
         # address the cloud may give to another.
+        written: str | None = None
         try:
             if service.status.load_balancer.ingress:
-                await self.patch_status(key, set_load_balancer_status(()))
+                written = await self.patch_status(key, set_load_balancer_status(()))
             if _has_finalizer(service):
-                await self.patch_status(
+                written = await self.patch_status(
                     key, remove_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
                 )
         except NotFoundError:
             pass  # gone already (a finalizer removed by someone else)
         self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
-        self.cache.pop(key, None)
+        self.forget(key)
         log.info("service.load-balancer-cleaned-up", service=key, existed=exists)
+        return written
 
-    async def patch_status(self, key: str, patch: Patch) -> None:
+    async def patch_status(self, key: str, patch: Patch) -> str | None:
+        """Write to services/status; returns the resourceVersion written."""
         if patch.empty:
-            return
+            return None
         namespace, name = key.split("/", 1)
         written = await self.ctx.kube.patch(
             SERVICES, name, patch, namespace=namespace, subresource="status"
         )
-        number = resource_version_number(
-            str((written.get("metadata") or {}).get("resourceVersion", ""))
-        )
-        if number is not None:
-            self.written[key] = number
-
-
-async def run(ctx: ControllerContext) -> None:
-    """The controller: the router, the per-Service actors, the node watcher and the pacer."""
-    lbs = ctx.cloud.load_balancers
-    assert lbs is not None  # requires() said so
-    controller = _ServiceController(ctx, lbs)
-    mailbox = ctx.services.subscribe()
-    try:
-        actors = ctx.keyed(
-            controller.sync,
-            limiter=trio.CapacityLimiter(
-                max(ctx.settings.concurrent_service_syncs, MIN_CONCURRENCY)
-            ),
-            backoff=Backoff(SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S),
-        )
-        controller.actors = actors
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(controller.route, mailbox)
-            nursery.start_soon(actors.serve, controller.inbox)
-            nursery.start_soon(controller.watch_nodes)
-            nursery.start_soon(controller.verify_forever)
-    finally:
-        ctx.services.unsubscribe(mailbox)
+        return written.metadata.resource_version

@@ -27,7 +27,7 @@ import trio
 from trio_ccm._version import __version__
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
-from trio_ccm.kube.objects import ObjectList, Resource, Status, WatchEvent
+from trio_ccm.kube.objects import Object, ObjectList, Resource, Status, WatchEvent
 from trio_ccm.kube.patches import JSONValue, Patch
 from trio_ccm.metrics import ClientMetrics
 
@@ -540,6 +540,7 @@ class KubeClient:
         path = resource.path(namespace, name, subresource)
         return await self._write("PUT", path, body, "application/json")
 
+    @overload
     async def patch(
         self,
         resource: Resource,
@@ -548,10 +549,38 @@ class KubeClient:
         *,
         namespace: str = "",
         subresource: str = "",
+    ) -> Object: ...
+    @overload
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Patch,
+        *,
+        namespace: str = "",
+        subresource: str = "",
+        type: type[T],
+    ) -> T: ...
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Patch,
+        *,
+        namespace: str = "",
+        subresource: str = "",
+        type: Any = None,
     ) -> Any:
-        """Send a patch; returns the patched object as JSON."""
+        """Send a patch; returns the patched object, decoded as `type` (by default only its
+        metadata: `.metadata.resource_version` is the version this write made)."""
         path = resource.path(namespace, name, subresource)
-        return await self._write("PATCH", path, patch.document, patch.content_type)
+        response = await self.request(
+            "PATCH",
+            path,
+            content=msgspec.json.encode(patch.document),
+            content_type=patch.content_type,
+        )
+        return self.decode(response.content, type or Object)
 
     async def delete(
         self,

@@ -6,14 +6,19 @@ version; on 410, relist; on errors, back off and retry. A relist replaces the ca
 reports objects that vanished meanwhile as deleted. A periodic relist (upstream's resync)
 delivers only real changes.
 
-Subscribers get a `Mailbox` of key -> latest object (None once deleted): they see the newest
-state of every changed object, never an unbounded queue of intermediate ones.
+Subscribers (`async with informer.subscription() as mailbox`) get a `Mailbox` of key ->
+latest message, `Changed(obj)` or `Gone(last)`: they see the newest state of every changed
+object, never an unbounded queue of intermediate ones. A new subscription starts with a
+`Changed` for every cached object.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Generic, NoReturn, TypeVar
 
 import structlog
@@ -27,6 +32,24 @@ T = TypeVar("T", bound=Object)
 log = structlog.get_logger("trio_ccm.kube.informer")
 
 PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Changed(Generic[T]):
+    """The object was added or changed: `obj` is its newest cached state."""
+
+    obj: T
+
+
+@dataclass(frozen=True, slots=True)
+class Gone(Generic[T]):
+    """The object was deleted; `last` is its last cached state (None if never cached)."""
+
+    last: T | None = None
+
+
+Update = Changed[T] | Gone[T]
+"""What a subscription delivers per key."""
 
 
 class Informer(Generic[T]):
@@ -59,7 +82,7 @@ class Informer(Generic[T]):
         self.backoff_s = backoff_s
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
         self._cache: dict[str, T] = {}
-        self._subscribers: list[Mailbox[str, T | None]] = []
+        self._subscribers: list[Mailbox[str, Update[T]]] = []
         self._synced = trio.Event()
         self.resource_version = ""
         self.last_activity = -math.inf  # trio time of the last list, event or bookmark
@@ -89,21 +112,22 @@ class Informer(Generic[T]):
         await self._synced.wait()
 
     # -- subscribers ------------------------------------------------------------------
-    def subscribe(self) -> Mailbox[str, T | None]:
-        """A mailbox that receives every key that changes (and, at once, every cached key)."""
-        mailbox: Mailbox[str, T | None] = Mailbox()
+    @asynccontextmanager
+    async def subscription(self) -> AsyncIterator[Mailbox[str, Update[T]]]:
+        """A mailbox that receives every key that changes while the block runs (and, at
+        once, a `Changed` for every cached key); it stops receiving when the block ends."""
+        mailbox: Mailbox[str, Update[T]] = Mailbox()
         for key, obj in self._cache.items():
-            mailbox.put(key, obj)
+            mailbox.put(key, Changed(obj))
         self._subscribers.append(mailbox)
-        return mailbox
-
-    def unsubscribe(self, mailbox: Mailbox[str, T | None]) -> None:
-        if mailbox in self._subscribers:
+        try:
+            yield mailbox
+        finally:
             self._subscribers.remove(mailbox)
 
-    def _notify(self, key: str, obj: T | None) -> None:
+    def _notify(self, key: str, update: Update[T]) -> None:
         for mailbox in self._subscribers:
-            mailbox.put(key, obj)
+            mailbox.put(key, update)
 
     # -- the loop ---------------------------------------------------------------------
     async def serve(
@@ -168,14 +192,15 @@ class Informer(Generic[T]):
         self._cache = fresh
         self.resource_version = page.metadata.resource_version
         self.last_activity = trio.current_time()
-        for key in [k for k in old if k not in fresh]:
-            self._notify(key, None)
+        for key, last in old.items():
+            if key not in fresh:
+                self._notify(key, Gone(last))
         for key, obj in fresh.items():
             before = old.get(key)
             if before is None or (
                 before.metadata.resource_version != obj.metadata.resource_version
             ):
-                self._notify(key, obj)
+                self._notify(key, Changed(obj))
         if not self._synced.is_set():
             self._synced.set()
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
@@ -241,8 +266,9 @@ class Informer(Generic[T]):
         self.resource_version = obj.metadata.resource_version
         key = obj.key
         if event.type == "DELETED":
-            if self._cache.pop(key, None) is not None:
-                self._notify(key, None)
+            last = self._cache.pop(key, None)
+            if last is not None:
+                self._notify(key, Gone(last))
         else:
             self._cache[key] = obj
-            self._notify(key, obj)
+            self._notify(key, Changed(obj))

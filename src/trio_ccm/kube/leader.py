@@ -56,6 +56,7 @@ from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_num
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import LEASE_NAME, LEASE_NAMESPACE, REASON_LEADER_ELECTION
 from trio_ccm.metrics import LeaderMetrics
+from trio_ccm.observable import AsyncValue
 
 log = structlog.get_logger("trio_ccm.kube.leader")
 
@@ -217,8 +218,8 @@ class LeaderElector:
         self._observed = _Record()
         self._observed_at: float | None = None  # clock time the record was last seen to change
         self._last_renewed: float | None = None
-        self._leading = False
-        self._changed = trio.Event()
+        self.leading: AsyncValue[bool] = AsyncValue(False)
+        """Whether this replica holds the Lease (and its body may run)."""
         self._running = False
         self._poked = trio.Event()  # set when the Lease watch saw the record change
         if metrics is not None:
@@ -226,11 +227,6 @@ class LeaderElector:
             metrics.slowpath.labels(name)  # exported as 0 from the start
 
     # -- observable state ----------------------------------------------------------------
-    @property
-    def leading(self) -> bool:
-        """Whether this replica holds the Lease (and its body may run)."""
-        return self._leading
-
     @property
     def holder(self) -> str:
         """The holder last seen in the Lease ("" when free or not read yet)."""
@@ -246,25 +242,23 @@ class LeaderElector:
 
         client-go's healthz check: an election loop that is stuck should not pass /healthz.
         """
-        if not self._leading or self._last_renewed is None:
+        if not self.leading.value or self._last_renewed is None:
             return True
         return self._clock.current_time() - self._last_renewed <= self.lease_duration_s + slack_s
 
-    async def wait_leading(self, leading: bool = True) -> None:
-        """Return once `self.leading` is `leading`."""
-        if self._leading is leading:
-            await trio.lowlevel.checkpoint()
-            return
-        while self._leading is not leading:
-            await self._changed.wait()
-
     # -- the campaign --------------------------------------------------------------------
     async def lead(
-        self, body: Callable[[], Awaitable[None]], *, exit_on_lost_lease: bool = False
+        self,
+        body: Callable[[], Awaitable[None]],
+        *,
+        exit_on_lost_lease: bool = False,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         """Campaign for the Lease; each time it is won, run `body` while it is held.
 
-        Losing the Lease cancels `body` at once; then the campaign starts again, or, with
+        Losing the Lease calls `on_lost()` at that instant, synchronously (so the caller can
+        stop work that `body`'s cancellation does not reach at once, e.g. calls shielded for
+        a graceful drain), then cancels `body`; then the campaign starts again, or, with
         `exit_on_lost_lease`, LeaseLostError is raised. If `lead` is cancelled while leading,
         `body` is cancelled first and then the Lease released (unless `release_on_cancel` is
         off), shielded under a deadline. If `body` returns, the Lease is released the same
@@ -277,7 +271,7 @@ class LeaderElector:
         try:
             while True:
                 await self._acquire()
-                if not await self._hold(body):
+                if not await self._hold(body, on_lost):
                     return
                 if exit_on_lost_lease:
                     raise LeaseLostError(
@@ -376,7 +370,9 @@ class LeaderElector:
             self._observe(record)
             self._poked.set()
 
-    async def _hold(self, body: Callable[[], Awaitable[None]]) -> bool:
+    async def _hold(
+        self, body: Callable[[], Awaitable[None]], on_lost: Callable[[], None] | None
+    ) -> bool:
         """Run `body` while renewing. True: the Lease was lost; False: we stepped down."""
         lost = False
         try:
@@ -384,6 +380,8 @@ class LeaderElector:
                 nursery.start_soon(self._run_body, body, nursery.cancel_scope)
                 await self._renew_until_lost()
                 lost = True
+                if on_lost is not None:
+                    on_lost()
                 self._stop_leading()
                 nursery.cancel_scope.cancel()
         finally:
@@ -441,11 +439,9 @@ class LeaderElector:
         self._event("stopped leading")
 
     def _set_leading(self, leading: bool) -> None:
-        self._leading = leading
+        self.leading.value = leading
         if self._metrics is not None:
             self._metrics.master_status.labels(self.name).set(1 if leading else 0)
-        self._changed.set()
-        self._changed = trio.Event()
 
     # -- one attempt (client-go's tryAcquireOrRenew) ----------------------------------------
     async def _try_acquire_or_renew(self) -> bool:
@@ -550,7 +546,7 @@ class LeaderElector:
     def _failed(self, event: str, exc: KubeError) -> None:
         """A failed attempt: a warning while leading (a renewal) or when RBAC refused it (no
         retry mends that), else routine while waiting."""
-        report = log.warning if self._leading or isinstance(exc, ForbiddenError) else log.info
+        report = log.warning if self.leading.value or isinstance(exc, ForbiddenError) else log.info
         report(event, lease=self._describe(), identity=self.identity, error=str(exc))
 
     def _holding(self) -> bool:

@@ -12,7 +12,7 @@ import trio.testing
 
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import KubeClient
-from trio_ccm.kube.informer import Informer
+from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.mailbox import Mailbox
 from trio_ccm.testing.apiserver import ApiServer
@@ -39,14 +39,15 @@ def _cached(informer: Informer[Node]) -> dict[str, str]:
     return {n.metadata.name: n.metadata.resource_version for n in informer.items()}
 
 
-def _drain(mailbox: Mailbox[str, Node | None]) -> dict[str, Node | None]:
+def _drain(mailbox: Mailbox[str, Update[Node]]) -> dict[str, Node | None]:
+    """What the mailbox holds, per key: the object, or None once it is Gone."""
     seen: dict[str, Node | None] = {}
     while True:
         try:
-            key, value = mailbox.get_nowait()
+            key, update = mailbox.get_nowait()
         except trio.WouldBlock:
             return seen
-        seen[key] = value
+        seen[key] = update.obj if isinstance(update, Changed) else None
 
 
 async def test_first_list_is_paginated_and_synced(
@@ -56,12 +57,11 @@ async def test_first_list_is_paginated_and_synced(
     for i in range(1200):
         server.create(_node(f"n{i:04}"))
     informer = Informer(kube, NODES, Node, rng=random.Random(1))
-    mailbox = informer.subscribe()
     with trio.fail_after(60):
-        async with running(informer):
+        async with informer.subscription() as mailbox, running(informer):
             await informer.wait_synced()
             assert _cached(informer) == _server_nodes(server)
-    assert len(_drain(mailbox)) == 1200
+            assert len(_drain(mailbox)) == 1200
     assert informer.relists == 1
 
 
@@ -72,8 +72,7 @@ async def test_subscribers_get_the_latest_state_per_key(
     server.create(_node("n1"))
     informer = Informer(kube, NODES, Node, rng=random.Random(1))
     with trio.fail_after(60):
-        async with running(informer):
-            mailbox = informer.subscribe()
+        async with running(informer), informer.subscription() as mailbox:
             _drain(mailbox)
             for value in ("1", "2", "3"):
                 await kube.patch(NODES, "n1", patches.set_labels({"v": value}))
@@ -113,9 +112,8 @@ async def test_compaction_forces_a_relist_that_reports_deletions(
     for name in ("n1", "n2", "n3"):
         server.create(_node(name))
     informer = Informer(kube, NODES, Node, rng=random.Random(1))
-    mailbox = informer.subscribe()
     with trio.fail_after(60):
-        async with running(informer):
+        async with informer.subscription() as mailbox, running(informer):
             await trio.testing.wait_all_tasks_blocked()
             _drain(mailbox)
             # Changes the watch misses: the server drops it, then forgets the history.
@@ -201,12 +199,31 @@ async def test_resync_relists_and_notifies_only_real_changes(
     with trio.fail_after(600):
         async with running(informer):
             await trio.testing.wait_all_tasks_blocked()
-            mailbox = informer.subscribe()
-            _drain(mailbox)
-            await trio.sleep(250)
-            seen = _drain(mailbox)
+            async with informer.subscription() as mailbox:
+                _drain(mailbox)
+                await trio.sleep(250)
+                seen = _drain(mailbox)
     assert informer.relists == 3
     assert seen == {}
+
+
+async def test_a_subscription_stops_receiving_when_its_block_ends(
+    server: ApiServer, kube: KubeClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    """After the `async with` block, changes no longer reach the old mailbox."""
+    server.create(_node("n1"))
+    informer = Informer(kube, NODES, Node, rng=random.Random(1))
+    with trio.fail_after(60):
+        async with running(informer):
+            await informer.wait_synced()
+            async with informer.subscription() as mailbox:
+                _drain(mailbox)
+            await kube.patch(NODES, "n1", patches.set_labels({"late": "yes"}))
+            await trio.testing.wait_all_tasks_blocked()
+            assert _drain(mailbox) == {}
+            cached = informer.get("n1")
+    assert cached is not None
+    assert cached.metadata.labels == {"late": "yes"}
 
 
 async def test_late_subscriber_gets_every_cached_key(
@@ -219,5 +236,6 @@ async def test_late_subscriber_gets_every_cached_key(
     with trio.fail_after(60):
         async with running(informer):
             await informer.wait_synced()
-            seen = _drain(informer.subscribe())
+            async with informer.subscription() as mailbox:
+                seen = _drain(mailbox)
     assert sorted(seen) == ["n1", "n2"]

@@ -256,7 +256,7 @@ async def test_acquires_at_once_and_renews_every_retry_period(
     with trio.fail_after(60):
         async with open_cluster(server) as cluster:
             a = cluster.start("a", metrics=LeaderMetrics(registry))
-            await a.elector.wait_leading()
+            await a.elector.leading.wait_value(True)
             assert trio.current_time() == 0
             await trio.sleep_until(7)
             assert lease_spec(server) == {
@@ -301,7 +301,7 @@ async def test_body_returning_steps_down(
     with trio.fail_after(60):
         await elector.lead(body)
     assert trio.current_time() == 5
-    assert not elector.leading
+    assert not elector.leading.value
     assert lease_spec(server)["holderIdentity"] == ""
     await elector.client.aclose()
 
@@ -336,11 +336,11 @@ async def test_renewals_failing_with_503(
             await trio.sleep_until(10.5)
             rule = server.faults.inject_error(503, verb="update", resource="leases")
             await trio.sleep_until(20.5)
-            assert not a.elector.leading
+            assert not a.elector.leading.value
             assert sample(registry, "leader_election_master_status") == 0
             await trio.sleep_until(21)
             server.faults.remove(rule.id)
-            await a.elector.wait_leading()
+            await a.elector.leading.wait_value(True)
             assert trio.current_time() == 22
             spec = lease_spec(server)
             assert (spec["holderIdentity"], spec["acquireTime"], spec["leaseTransitions"]) == (
@@ -466,12 +466,12 @@ async def test_takeover(
                 for replica in replicas.values():
 
                     async def first(replica: Replica = replica) -> None:
-                        await replica.elector.wait_leading()
+                        await replica.elector.leading.wait_value(True)
                         race.cancel_scope.cancel()
 
                     race.start_soon(first)
             assert trio.current_time() == takes_over_at
-            successor = next(r.name for r in replicas.values() if r.elector.leading)
+            successor = next(r.name for r in replicas.values() if r.elector.leading.value)
             assert successor in successors
             await trio.sleep(30)
             spec = lease_spec(server)
@@ -480,7 +480,7 @@ async def test_takeover(
                 stamp(takes_over_at),
                 1,
             )
-            assert [r.name for r in replicas.values() if r.elector.leading] == [successor]
+            assert [r.name for r in replicas.values() if r.elector.leading.value] == [successor]
             assert all(r.elector.holder == successor for r in replicas.values())
     referee = cluster.referee
     assert {name: times[0] for name, times in referee.entries.items()} == {
@@ -502,7 +502,7 @@ async def test_simultaneous_candidates_elect_one(
         async with open_cluster(server) as cluster:
             replicas = [cluster.start(name) for name in names]
             await trio.sleep_until(60)
-            leaders = [r.name for r in replicas if r.elector.leading]
+            leaders = [r.name for r in replicas if r.elector.leading.value]
             assert len(leaders) == 1
             assert lease_spec(server)["leaseTransitions"] == 0
     assert list(cluster.referee.entries) == leaders
@@ -522,7 +522,7 @@ async def test_standbys_racing_for_an_expired_lease(
             await trio.sleep_until(11.25)
             a.scope.cancel()
             await trio.sleep_until(60)
-            leaders = [r.name for r in standbys if r.elector.leading]
+            leaders = [r.name for r in standbys if r.elector.leading.value]
             assert len(leaders) == 1
             for replica in standbys:  # both sent their takeover at t=25
                 assert (25.0, "PUT") in replica.link.requests
@@ -562,7 +562,7 @@ async def test_clock_rate_skew(
             b = cluster.start("b", at=1.5, rate=standby_rate)
             await trio.sleep_until(11.25)
             a.link.cut = True
-            await b.elector.wait_leading()
+            await b.elector.leading.wait_value(True)
             assert trio.current_time() == pytest.approx(standby_enters)
             await trio.sleep(30)
     referee = cluster.referee
@@ -645,7 +645,7 @@ async def test_leader_election_events(
             )
             await trio.sleep_until(5.5)
             a.scope.cancel()
-            await b.elector.wait_leading()
+            await b.elector.leading.wait_value(True)
             assert trio.current_time() == 5.5  # the release is seen through the watch
             await trio.testing.wait_all_tasks_blocked()
             storage = server.store.storage(server.store.types["/v1/events"])

@@ -6,6 +6,7 @@ exact virtual seconds: "the retry ran at t=15.0".
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,8 +18,10 @@ import trio.testing
 from structlog.testing import capture_logs
 
 from trio_ccm.actors.backoff import Backoff
-from trio_ccm.actors.keyed import ActorStatistics, KeyedActors
+from trio_ccm.actors.keyed import ActorStatistics, GracefulCancelScope, KeyedActors, Reverify
 from trio_ccm.errors import RetryAfter
+from trio_ccm.kube.informer import Changed, Gone
+from trio_ccm.kube.objects import Node, NodeMeta
 from trio_ccm.mailbox import Mailbox
 
 LIMIT_S = 1000  # virtual fail_after bound of every test
@@ -83,7 +86,7 @@ def make(
     limiter: trio.CapacityLimiter | None = None,
     backoff: Backoff | None = None,
     idle_timeout_s: float = 30.0,
-    grace_s: float = 0.0,
+    graceful: GracefulCancelScope | None = None,
 ) -> KeyedActors[str, object]:
     return KeyedActors(
         "test-controller",
@@ -91,7 +94,7 @@ def make(
         limiter=limiter or trio.CapacityLimiter(limit),
         backoff=backoff or Backoff(5.0, 300.0, jitter=0.0),
         idle_timeout_s=idle_timeout_s,
-        grace_s=grace_s,
+        graceful=graceful,
     )
 
 
@@ -425,56 +428,148 @@ async def test_idle_children_exit_after_idle_timeout(
         pytest.param(30.0, 0.0, 1.0, False, id="no-grace"),
     ],
 )
-async def test_shutdown_lets_handler_calls_finish_within_grace(
+async def test_a_graceful_cancel_lets_handler_calls_finish_within_its_grace(
     autojump_clock: trio.testing.MockClock,
     handler_s: float,
     grace_s: float,
     ended_at: float,
     completed: bool,
 ) -> None:
-    """On cancellation, a call in flight gets grace_s to finish; idle and retrying children stop."""
+    """`cancel(grace_s)` gives a call in flight grace_s to finish; idle and retrying stop."""
     handler = Recorder(sleep_s=handler_s, broken=frozenset({"failing"}))
-    actors = make(handler, grace_s=grace_s)
+    graceful = GracefulCancelScope()
+    actors = make(handler, graceful=graceful)
     mailbox: Mailbox[str, object] = Mailbox()
     with capture_logs() as logs, trio.fail_after(LIMIT_S):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(actors.serve, mailbox)
-            mailbox.put("busy", 1)
-            await trio.sleep(1.0)
-            nursery.cancel_scope.cancel()
+        with graceful.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(actors.serve, mailbox)
+                mailbox.put("busy", 1)
+                await trio.sleep(1.0)
+                graceful.cancel(grace_s)
         assert trio.current_time() == ended_at
     assert handler.finished == ([(ended_at, "busy", 1)] if completed else [])
     assert actors.statistics().abandoned == (0 if completed else 1)
     assert actors.statistics().alive == 0
     abandoned = [e for e in logs if e["event"] == "actor.abandoned"]
-    assert [(e["key"], e["grace_s"]) for e in abandoned] == (
-        [] if completed else [("busy", grace_s)]
-    )
+    assert [e["key"] for e in abandoned] == ([] if completed else ["busy"])
+
+
+async def test_a_second_cancel_cuts_the_grace_short(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`cancel(0)` during a drain (the Lease lost) stops the calls in flight at once."""
+    handler = Recorder(sleep_s=30.0)
+    graceful = GracefulCancelScope()
+    actors = make(handler, graceful=graceful)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as outer:
+            with graceful.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(actors.serve, mailbox)
+                    mailbox.put("busy", 1)
+                    await trio.sleep(1.0)
+                    outer.start_soon(_cancel_later, graceful, 2.0)
+                    graceful.cancel(10.0)
+        assert trio.current_time() == 3.0
+    assert handler.finished == []
+    assert actors.statistics().abandoned == 1
+
+
+async def test_any_other_cancellation_stops_handler_calls_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Cancelled by something other than its graceful scope, a manager grants no grace."""
+    handler = Recorder(sleep_s=30.0)
+    actors = make(handler, graceful=GracefulCancelScope())
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actors.serve, mailbox)
+            mailbox.put("busy", 1)
+            await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() == 1.0
+    assert handler.finished == []
 
 
 async def test_shutdown_stops_idle_waiting_and_backing_off_children_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Children not in a handler call are cancelled immediately, whatever grace_s is."""
+    """Children not in a handler call are cancelled immediately, whatever the grace."""
     handler = Recorder(broken=frozenset({"failing"}))
     limiter = trio.CapacityLimiter(2)
-    actors = make(handler, limiter=limiter, grace_s=60.0)
+    graceful = GracefulCancelScope()
+    actors = make(handler, limiter=limiter, graceful=graceful)
     mailbox: Mailbox[str, object] = Mailbox()
     with trio.fail_after(LIMIT_S):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(actors.serve, mailbox)
-            await feed(mailbox, [(0.0, "idle", 1), (0.0, "failing", 1)])
-            await trio.sleep(0.5)
-            await limiter.acquire_on_behalf_of("someone else")
-            await limiter.acquire_on_behalf_of("another controller")
-            mailbox.put("waiting", 1)
-            await trio.sleep(0.5)
-            states = {k: getattr(actors.actor_statistics(k), "state", None) for k in actors}
-            assert states == {"idle": "idle", "failing": "backoff", "waiting": "waiting"}
-            nursery.cancel_scope.cancel()
+        with graceful.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(actors.serve, mailbox)
+                await feed(mailbox, [(0.0, "idle", 1), (0.0, "failing", 1)])
+                await trio.sleep(0.5)
+                await limiter.acquire_on_behalf_of("someone else")
+                await limiter.acquire_on_behalf_of("another controller")
+                mailbox.put("waiting", 1)
+                await trio.sleep(0.5)
+                states = {k: getattr(actors.actor_statistics(k), "state", None) for k in actors}
+                assert states == {"idle": "idle", "failing": "backoff", "waiting": "waiting"}
+                graceful.cancel(60.0)
         assert trio.current_time() == 1.0
     assert len(actors) == 0
     assert handler.values("waiting") == []
+
+
+async def _cancel_later(graceful: GracefulCancelScope, delay_s: float) -> None:
+    await trio.sleep(delay_s)
+    graceful.cancel(0.0)
+
+
+def node(rv: int) -> Node:
+    return Node(metadata=NodeMeta(name="n", resource_version=str(rv)))
+
+
+class Writer:
+    """A handler that 'writes' the next resourceVersion on every call and records calls."""
+
+    def __init__(self, writes_at: int) -> None:
+        self.next_rv = writes_at
+        self.seen: list[object] = []
+
+    async def __call__(self, key: str, message: object) -> str | None:
+        self.seen.append(message)
+        if isinstance(message, Gone):
+            return None
+        self.next_rv += 1
+        return str(self.next_rv)
+
+
+async def test_changed_snapshots_older_than_our_own_write_are_skipped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """After a handler wrote version 11, a cached Changed at 10 (a stale echo) is skipped;
+    a Reverify at 10 and a Changed at 11 (the echo itself) are handled; Gone forgets."""
+    handler = Writer(writes_at=10)
+    actors: KeyedActors[str, object] = KeyedActors(
+        "test-controller", handler, limiter=trio.CapacityLimiter(1), backoff=Backoff(1, 10)
+    )
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            steps: list[object] = [
+                Changed(node(5)),  # handled: writes 11
+                Changed(node(10)),  # older than 11: skipped
+                Reverify(node(10)),  # a command: handled, writes 12
+                Changed(node(12)),  # the echo itself: handled, writes 13
+                Gone(node(13)),  # handled, forgets 13
+                Changed(node(7)),  # after Gone: handled
+            ]
+            for step in steps:
+                mailbox.put("n", step)
+                await trio.sleep(1)
+    assert handler.seen == [steps[0], steps[2], steps[3], steps[4], steps[5]]
+    assert actors.statistics().echoes == 1
 
 
 async def test_one_timer_expires_children_in_deadline_order(
@@ -565,14 +660,11 @@ async def test_serve_refuses_to_run_twice_at_once(autojump_clock: trio.testing.M
                 await actors.serve(mailbox)
 
 
-@pytest.mark.parametrize(
-    ("idle_timeout_s", "grace_s", "fragment"),
-    [
-        pytest.param(-1.0, 0.0, "idle_timeout_s=-1.0 must be >= 0", id="idle"),
-        pytest.param(30.0, float("nan"), "grace_s=nan must be >= 0", id="grace"),
-    ],
-)
-def test_invalid_timeouts_are_refused(idle_timeout_s: float, grace_s: float, fragment: str) -> None:
-    """Negative or NaN durations raise ValueError naming the controller and the value."""
-    with pytest.raises(ValueError, match=f"test-controller: {fragment}"):
-        make(Recorder(), idle_timeout_s=idle_timeout_s, grace_s=grace_s)
+def test_invalid_timeouts_are_refused() -> None:
+    """A negative idle timeout or grace raises ValueError naming the value."""
+    with pytest.raises(
+        ValueError, match=re.escape("test-controller: idle_timeout_s=-1.0 must be >= 0")
+    ):
+        make(Recorder(), idle_timeout_s=-1.0)
+    with pytest.raises(ValueError, match="grace_s=nan must be >= 0"):
+        GracefulCancelScope().cancel(float("nan"))

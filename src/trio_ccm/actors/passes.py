@@ -1,0 +1,89 @@
+"""Pass-style work: a function that looks at everything, run on a schedule and on demand.
+
+`serve_passes(pass_fn, ...)` runs `pass_fn()` forever:
+
+- **Schedule.** The next pass is due `period_s` after the start of the previous one
+  (upstream's `wait.Until`/`NonSlidingUntil`), or after its end with `sliding=True`
+  (`wait.Until` with sliding). A pass that took longer than the period is followed at once.
+- **On demand.** `wake.set()` makes the next pass due at once, but never sooner than
+  `min_spacing_s` after the start of the previous one. A wake seen during a pass asks for
+  exactly one more pass after it (the wake is cleared when a pass starts, not when it ends).
+  A burst of wakes therefore costs one pass per `min_spacing_s` (or per pass duration, when
+  passes are slower), never one per wake.
+- **Passes never overlap**, and a pass's failure is its own: an exception from `pass_fn` is
+  logged once with the traceback (`pass.failed`) and the next pass runs on schedule. This is
+  the one broad `except` of pass-style work; a failure of a single object inside a pass is
+  the pass's to handle.
+
+Times are Trio's (`trio.current_time`), so everything runs under `MockClock`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+import structlog
+import trio
+
+__all__ = ["Wake", "serve_passes"]
+
+log = structlog.get_logger("trio_ccm.actors.passes")
+
+
+class Wake:
+    """A level-triggered "something changed" flag: `set()` by watchers, cleared by the
+    pass that takes the change into account."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def clear(self) -> None:
+        if self._event.is_set():
+            self._event = trio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+async def serve_passes(
+    pass_fn: Callable[[], Awaitable[object]],
+    *,
+    name: str,
+    period_s: float,
+    wake: Wake | None = None,
+    min_spacing_s: float = 0.0,
+    sliding: bool = False,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Run `pass_fn` forever on the schedule in the module docstring; `name` labels logs.
+
+    `period_s` may be `math.inf` (passes only on demand). `task_status.started()` before
+    the first pass.
+    """
+    if not period_s > 0:
+        raise ValueError(f"{name}: period_s={period_s!r} must be > 0")
+    if not min_spacing_s >= 0:
+        raise ValueError(f"{name}: min_spacing_s={min_spacing_s!r} must be >= 0")
+    task_status.started()
+    while True:
+        started = trio.current_time()
+        if wake is not None:
+            wake.clear()  # changes from here on ask for the next pass
+        try:
+            await pass_fn()
+        except Exception:  # a pass's failure boundary: logged, next pass on schedule
+            log.warning("pass.failed", controller=name, exc_info=True)
+        due = (trio.current_time() if sliding else started) + period_s
+        if wake is None:
+            await trio.sleep_until(due)
+            continue
+        with trio.move_on_at(due):
+            await wake.wait()
+            await trio.sleep_until(started + min_spacing_s)
