@@ -16,7 +16,8 @@ from trio_ccm.errors import CcmError, ConfigError, RetryAfter
 
 if TYPE_CHECKING:
     from trio_ccm.actors.controller import Controller, ControllerContext
-    from trio_ccm.settings import Settings, parse_flags
+    from trio_ccm.flags import parse_flags
+    from trio_ccm.settings import Settings
     from trio_ccm.supervisor import Serving, serve
 
 __all__ = [
@@ -37,7 +38,7 @@ _LAZY = {
     "ControllerContext": "trio_ccm.actors.controller",
     "Serving": "trio_ccm.supervisor",
     "Settings": "trio_ccm.settings",
-    "parse_flags": "trio_ccm.settings",
+    "parse_flags": "trio_ccm.flags",
     "serve": "trio_ccm.supervisor",
 }
 

@@ -37,10 +37,11 @@ from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.registry import available_providers, load_provider, read_cloud_config
 from trio_ccm.errors import ConfigError
+from trio_ccm.flags import parse_flags, usage, wants_help, wants_version
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.logs import configure_logging
-from trio_ccm.settings import FlagError, Settings, parse_flags, usage, wants_help, wants_version
+from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 
 if TYPE_CHECKING:

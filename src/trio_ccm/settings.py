@@ -1,14 +1,11 @@
-"""Frozen, validated settings, built from the Go cloud-controller-manager's command line.
+"""Frozen, validated settings: what the command line (or an embedding program) asked for.
 
-`parse_flags` reads argv with the rules of Go's pflag as the upstream binary registers its
-flags: `--flag=value` or `--flag value`; booleans as `--flag` or `--flag=false` (never
-`--flag false`); `_` and `-` are the same in names; `-v` is the only shorthand besides `-h`;
-durations use Go syntax (`15s`, `1m30s`, `500ms`, `0`). Flags that upstream has and we do
-not implement are accepted and recorded in `Settings.ignored_flags`, so existing manifests
-keep working and the cli can say which ones had no effect.
-
-`--help`/`-h` and `--version` belong to the cli: it asks `wants_help` and `wants_version`
-first, and `parse_flags` skips them. docs/operations.md is the operator's reference.
+`Settings` holds every effective setting, durations in seconds (names end in `_s`), with
+upstream's defaults (ours where noted). Building one validates it: a `FlagError` lists
+every bad field by the flag that sets it (`flag_of`), with a value range for every number
+and duration, so a bad value is refused when it is given rather than when it is used.
+`trio_ccm.flags` turns a Go-style command line into Settings; docs/operations.md is the
+operator's reference.
 """
 
 from __future__ import annotations
@@ -17,50 +14,72 @@ import dataclasses
 import ipaddress
 import math
 import re
-import textwrap
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Final
 
 from trio_ccm.errors import ConfigError
+from trio_ccm.govalues import format_duration
 
 __all__ = [
     "CLOUD_RATE_FAMILIES",
+    "COMPATIBILITY_FLAGS",
+    "CONTROLLER_TOKEN_RE",
     "FlagError",
     "Settings",
     "cidrs_of",
-    "format_duration",
+    "controller_token_message",
+    "flag_of",
+    "format_setting",
     "node_mask_sizes",
-    "parse_flags",
-    "usage",
-    "wants_help",
-    "wants_version",
+    "rewrite_alias",
 ]
 
 
 class FlagError(ConfigError):
-    """A bad command line. The message names the flag and what to write instead."""
+    """A bad command line or setting. The message names the flag and what to write instead."""
 
 
 _NO_ALIASES: Final[Mapping[str, str]] = MappingProxyType({})
-_USAGE_WIDTH: Final = 100
 
 CLOUD_RATE_FAMILIES: Final = ("instances", "load_balancers", "routes")
 """The cloud-call families `--cloud-api-rate` can limit."""
+
+CONTROLLER_TOKEN_RE: Final = re.compile(r"\*|-?[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""One `--controllers` item: `*`, NAME or -NAME."""
 
 _LEADER_DURATIONS: Final = (
     "--leader-elect-lease-duration",
     "--leader-elect-renew-deadline",
     "--leader-elect-retry-period",
 )
-# Fields that are loop periods: 0 would make the loop spin.
-_POSITIVE_PERIODS: Final = (
-    "route_reconciliation_period_s",
-    "node_monitor_period_s",
-    "node_status_update_frequency_s",
+# Flags named otherwise than their field (the rule: drop `_s`, `_` -> `-`).
+_FLAG_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+    {"verbosity": "v", "cloud_rates": "cloud-api-rate"}
 )
+
+
+def flag_of(field: str) -> str:
+    """The flag that sets Settings field `field`, e.g. `--leader-elect-lease-duration`."""
+    return "--" + _FLAG_NAMES.get(field, field.removesuffix("_s").replace("_", "-"))
+
+
+def format_setting(field: str, value: object) -> str:
+    """`value` of `field` as its flag takes it (`15s`, `true`, `a,b`, `instances=5.0:10`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if field == "cloud_rates":
+        assert isinstance(value, tuple)
+        return ",".join(f"{family}={float(qps)!r}:{burst}" for family, qps, burst in value)
+    if field.endswith("_s"):
+        assert isinstance(value, float | int)
+        return format_duration(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +158,7 @@ class Settings:
         disables it; otherwise it runs iff `*` was given and it is not disabled by default.
         Aliases are rewritten first. A token naming no known controller is a FlagError.
         """
-        tokens = [_rewrite_alias(token, aliases) for token in self.controllers]
+        tokens = [rewrite_alias(token, aliases) for token in self.controllers]
         unknown = [
             t.removeprefix("-") for t in tokens if t != "*" and t.removeprefix("-") not in known
         ]
@@ -185,589 +204,62 @@ class Settings:
             "settings": values,
         }
 
-    def to_flags(self) -> list[str]:
-        """The settings that differ from the defaults, as `--flag=value` for `parse_flags`."""
-        defaults = Settings()
-        flags = []
-        for spec in _FLAGS:
-            value = getattr(self, spec.field)
-            if value != getattr(defaults, spec.field):
-                flags.append(f"--{spec.name}={_format_value(spec.kind, value)}")
-        for name in self.ignored_flags:
-            flags.append(f"{name}={_NEUTRAL[_IGNORED_BY_NAME[name.removeprefix('--')].kind]}")
-        return flags
 
-
-def parse_flags(
-    argv: Sequence[str], *, controller_aliases: Mapping[str, str] = _NO_ALIASES
-) -> Settings:
-    """Settings from a Go-style command line (argv without the program name).
-
-    `controller_aliases` maps short controller names to canonical ones; `--controllers`
-    tokens are rewritten with it. Raises FlagError naming the flag on any problem.
-    `--help`, `-h` and `--version` are skipped: the cli checks `wants_help`/`wants_version`
-    first.
-    """
-    values: dict[str, Any] = {}
-    controllers: list[str] | None = None
-    rates: list[tuple[str, float, int]] = []
-    ignored: list[str] = []
-    previous: _Token | None = None
-    for token in _tokens(argv):
-        if token.name is None:
-            raise FlagError(_positional_message(token.raw, previous))
-        previous = token
-        if token.form == "bad":
-            raise FlagError(_single_dash_message(token))
-        flag = f"-{token.raw[1]}" if token.form == "short" else f"--{token.name}"
-        kind = _KINDS.get(token.name)
-        if kind is None:
-            raise FlagError(f"unknown flag: {flag} (see --help)")
-        if kind in _BOOL_LIKE:
-            value = token.value if token.value is not None else "true"
-        elif token.value is None:
-            raise FlagError(f"{flag}: the flag needs a value, e.g. {flag}=VALUE")
-        else:
-            value = token.value
-        converted = _convert(kind, flag, value)
-        if token.name in _IGNORED_BY_NAME:
-            if f"--{token.name}" not in ignored:
-                ignored.append(f"--{token.name}")
-        elif kind == "cli":
-            continue
-        elif kind == "controllers":
-            assert isinstance(converted, list)
-            tokens = [_rewrite_alias(t, controller_aliases) for t in converted]
-            controllers = tokens if controllers is None else [*controllers, *tokens]
-        elif kind == "rates":
-            assert isinstance(converted, list)
-            rates.extend(converted)
-        else:
-            values[_BY_NAME[token.name].field] = converted
-    if controllers is not None:
-        values["controllers"] = tuple(controllers)
-    return Settings(**values, cloud_rates=tuple(rates), ignored_flags=tuple(ignored))
-
-
-def wants_help(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for help (`--help`, `-h`, `--help=true`)."""
-    return any(
-        token.name == "help"
-        and token.form != "bad"
-        and (token.value is None or _parse_bool(token.value))
-        for token in _tokens(argv)
-    )
-
-
-def wants_version(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for the version (`--version`, `--version=true|raw`)."""
-    return any(
-        token.name == "version"
-        and token.form != "bad"
-        and (token.value is None or token.value == "raw" or _parse_bool(token.value))
-        for token in _tokens(argv)
-    )
-
-
-def usage() -> str:
-    """The `--help` text: every effective flag with its default and meaning."""
-    rows = [
-        (_flag_column(spec), f"{spec.meaning} {_default_note(spec)}{_ORIGIN_NOTES[spec.origin]}")
-        for spec in _FLAGS
-    ]
-    rows += [("  -h, --help", "print this help and exit"), ("      --version", "print the version")]
-    width = max(len(left) for left, _ in rows) + 2
-    lines = [
-        "Usage: trio-ccm [flags]",
-        "",
-        "A Kubernetes cloud-controller-manager on Trio. Flags follow the Go",
-        "cloud-controller-manager: --flag=value or --flag value; booleans as --flag or",
-        "--flag=false; durations like 15s, 1m30s, 500ms.",
-        "",
-        "Flags:",
-    ]
-    for left, right in rows:
-        wrapped = textwrap.wrap(
-            right, width=_USAGE_WIDTH - width, break_on_hyphens=False, break_long_words=False
-        ) or [""]
-        lines.append(f"{left:<{width}}{wrapped[0]}")
-        lines += [" " * width + more for more in wrapped[1:]]
-    ignored = ", ".join(f"--{spec.name}" for spec in _IGNORED)
-    lines += [
-        "",
-        *textwrap.wrap(
-            "Accepted for compatibility with the Go cloud-controller-manager, without effect "
-            f"(see docs/operations.md): {ignored}.",
-            width=_USAGE_WIDTH,
-            break_on_hyphens=False,
-        ),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# --- the flag tables ---------------------------------------------------------------------
-
-_Kind = Literal[
-    "str", "bool", "int", "float", "duration", "ip", "controllers", "rates", "strings", "cli"
-]
-_BOOL_LIKE: Final = frozenset({"bool", "cli"})
-_TYPE_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+# Upstream flags accepted for compatibility without effect, with their Go type (the parser
+# reads their values that way; `Settings.ignored_flags` may name only these).
+COMPATIBILITY_FLAGS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        "str": "string",
-        "bool": "",
-        "int": "int",
-        "float": "float",
-        "duration": "duration",
-        "ip": "ip",
-        "controllers": "strings",
-        "rates": "FAMILY=QPS:BURST,...",
-        "strings": "strings",
+        "kube-api-content-type": "str",
+        "profiling": "bool",
+        "contention-profiling": "bool",
+        "feature-gates": "str",
+        "use-service-account-credentials": "bool",
+        "external-cloud-volume-plugin": "str",
+        "allow-untagged-cloud": "bool",
+        "node-sync-period": "duration",
+        "enable-leader-migration": "bool",
+        "leader-migration-config": "str",
+        "authentication-kubeconfig": "str",
+        "authentication-skip-lookup": "bool",
+        "authentication-token-webhook-cache-ttl": "duration",
+        "authentication-tolerate-lookup-failure": "bool",
+        "authorization-kubeconfig": "str",
+        "authorization-always-allow-paths": "strings",
+        "authorization-webhook-cache-authorized-ttl": "duration",
+        "authorization-webhook-cache-unauthorized-ttl": "duration",
+        "client-ca-file": "str",
+        "requestheader-client-ca-file": "str",
+        "requestheader-allowed-names": "strings",
+        "requestheader-username-headers": "strings",
+        "requestheader-group-headers": "strings",
+        "requestheader-extra-headers-prefix": "strings",
+        "requestheader-uid-headers": "strings",
+        "tls-cipher-suites": "strings",
+        "tls-curve-preferences": "strings",
+        "tls-min-version": "str",
+        "tls-sni-cert-key": "str",
+        "http2-max-streams-per-connection": "int",
+        "disable-http2-serving": "bool",
+        "permit-port-sharing": "bool",
+        "permit-address-sharing": "bool",
+        "vmodule": "str",
+        "log-flush-frequency": "duration",
+        "webhooks": "strings",
+        "webhook-secure-port": "int",
+        "webhook-bind-address": "ip",
+        "webhook-cert-dir": "str",
     }
 )
 
 
-_ORIGIN_NOTES: Final[Mapping[str, str]] = MappingProxyType(
-    {"upstream": "", "ours": " [trio-ccm]", "upstream, our default": " [our default]"}
-)
+def rewrite_alias(token: str, aliases: Mapping[str, str]) -> str:
+    """A `--controllers` token with an alias replaced by its canonical name."""
+    if token.startswith("-"):
+        return "-" + aliases.get(token[1:], token[1:])
+    return aliases.get(token, token)
 
 
-@dataclass(frozen=True)
-class _Flag:
-    name: str
-    field: str
-    kind: _Kind
-    meaning: str
-    origin: Literal["upstream", "ours", "upstream, our default"] = "upstream"
-
-
-@dataclass(frozen=True)
-class _Ignored:
-    name: str
-    kind: _Kind
-
-
-_FLAGS: Final = (
-    _Flag("cloud-provider", "cloud_provider", "str", "cloud provider name, e.g. sim; required"),
-    _Flag("cloud-config", "cloud_config", "str", "path of the cloud provider's config file"),
-    _Flag("kubeconfig", "kubeconfig", "str", "kubeconfig path; empty = in-cluster config"),
-    _Flag("master", "master", "str", "API server URL; overrides the kubeconfig's server"),
-    _Flag("kube-api-qps", "kube_api_qps", "float", "client-side QPS to the API server"),
-    _Flag("kube-api-burst", "kube_api_burst", "int", "client-side burst to the API server"),
-    _Flag(
-        "controllers",
-        "controllers",
-        "controllers",
-        "controllers to run: * = all on by default, NAME on, -NAME off",
-    ),
-    _Flag("leader-elect", "leader_elect", "bool", "campaign for the Lease before acting"),
-    _Flag(
-        "leader-elect-lease-duration",
-        "leader_elect_lease_duration_s",
-        "duration",
-        "how long a standby waits before taking over an unrenewed Lease",
-    ),
-    _Flag(
-        "leader-elect-renew-deadline",
-        "leader_elect_renew_deadline_s",
-        "duration",
-        "how long the leader retries renewing before it stops acting",
-    ),
-    _Flag(
-        "leader-elect-retry-period",
-        "leader_elect_retry_period_s",
-        "duration",
-        "pause between acquire/renew attempts",
-    ),
-    _Flag(
-        "leader-elect-resource-lock",
-        "leader_elect_resource_lock",
-        "str",
-        "lock kind; only leases",
-    ),
-    _Flag(
-        "leader-elect-resource-name",
-        "leader_elect_resource_name",
-        "str",
-        "name of the Lease",
-    ),
-    _Flag(
-        "leader-elect-resource-namespace",
-        "leader_elect_resource_namespace",
-        "str",
-        "namespace of the Lease",
-    ),
-    _Flag(
-        "exit-on-lost-lease",
-        "exit_on_lost_lease",
-        "bool",
-        "exit 1 when the Lease is lost instead of campaigning again",
-        "ours",
-    ),
-    _Flag("cluster-name", "cluster_name", "str", "cluster name passed to the cloud"),
-    _Flag("cluster-cidr", "cluster_cidr", "str", "pod CIDRs, comma separated (routes, IPAM)"),
-    _Flag(
-        "allocate-node-cidrs",
-        "allocate_node_cidrs",
-        "bool",
-        "allocate spec.podCIDRs to Nodes from --cluster-cidr",
-    ),
-    _Flag(
-        "cidr-allocator-type",
-        "cidr_allocator_type",
-        "str",
-        "CIDR allocator; only RangeAllocator",
-    ),
-    _Flag(
-        "node-cidr-mask-size",
-        "node_cidr_mask_size",
-        "int",
-        "pod CIDR prefix length per Node, single stack only; 0 = 24 (IPv4) or 64 (IPv6)",
-    ),
-    _Flag(
-        "node-cidr-mask-size-ipv4",
-        "node_cidr_mask_size_ipv4",
-        "int",
-        "IPv4 pod CIDR prefix length per Node; 0 = 24",
-    ),
-    _Flag(
-        "node-cidr-mask-size-ipv6",
-        "node_cidr_mask_size_ipv6",
-        "int",
-        "IPv6 pod CIDR prefix length per Node; 0 = 64",
-    ),
-    _Flag(
-        "service-cluster-ip-range",
-        "service_cluster_ip_range",
-        "str",
-        "Service CIDRs (up to one per family), kept out of pod CIDR allocation",
-    ),
-    _Flag(
-        "configure-cloud-routes",
-        "configure_cloud_routes",
-        "bool",
-        "program cloud routes for the Nodes' pod CIDRs",
-    ),
-    _Flag(
-        "route-reconciliation-period",
-        "route_reconciliation_period_s",
-        "duration",
-        "period of the route sync",
-    ),
-    _Flag(
-        "node-monitor-period",
-        "node_monitor_period_s",
-        "duration",
-        "period of the Node lifecycle check",
-    ),
-    _Flag(
-        "concurrent-node-syncs",
-        "concurrent_node_syncs",
-        "int",
-        "Nodes initialised at once",
-        "upstream, our default",
-    ),
-    _Flag(
-        "concurrent-node-status-updates",
-        "concurrent_node_status_updates",
-        "int",
-        "Nodes address-synced at once; 0 = --concurrent-node-syncs",
-    ),
-    _Flag(
-        "node-status-update-frequency",
-        "node_status_update_frequency_s",
-        "duration",
-        "period of the Node address sync",
-    ),
-    _Flag(
-        "concurrent-service-syncs",
-        "concurrent_service_syncs",
-        "int",
-        "Services reconciled at once",
-    ),
-    _Flag(
-        "min-resync-period",
-        "min_resync_period_s",
-        "duration",
-        "informer resync period, randomised in [p, 2p)",
-    ),
-    _Flag(
-        "controller-start-interval",
-        "controller_start_interval_s",
-        "duration",
-        "pause between controller starts",
-    ),
-    _Flag("secure-port", "secure_port", "int", "port of /healthz, /metrics...; 0 = no server"),
-    _Flag("bind-address", "bind_address", "ip", "address the secure port listens on"),
-    _Flag("cert-dir", "cert_dir", "str", "accepted; the self-signed pair is kept in memory"),
-    _Flag("tls-cert-file", "tls_cert_file", "str", "serving certificate (PEM)"),
-    _Flag("tls-private-key-file", "tls_private_key_file", "str", "serving key (PEM)"),
-    _Flag("plain-http", "plain_http", "bool", "serve the secure port without TLS", "ours"),
-    _Flag("v", "verbosity", "int", "log verbosity: 0 = info, 1 or more = debug"),
-    _Flag(
-        "logging-format",
-        "logging_format",
-        "str",
-        "text or json; empty = json off a TTY, text on one",
-        "upstream, our default",
-    ),
-    _Flag(
-        "cloud-api-rate",
-        "cloud_rates",
-        "rates",
-        "cloud call budget per family (instances, load_balancers, routes); repeatable",
-        "ours",
-    ),
-    _Flag(
-        "cloud-batch-window",
-        "cloud_batch_window_s",
-        "duration",
-        "how long per-Node cloud lookups wait to be batched",
-        "ours",
-    ),
-    _Flag(
-        "cloud-batch-size",
-        "cloud_batch_size",
-        "int",
-        "most Nodes in one batched cloud lookup",
-        "ours",
-    ),
-)
-
-_IGNORED: Final = (
-    _Ignored("kube-api-content-type", "str"),
-    _Ignored("profiling", "bool"),
-    _Ignored("contention-profiling", "bool"),
-    _Ignored("feature-gates", "str"),
-    _Ignored("use-service-account-credentials", "bool"),
-    _Ignored("external-cloud-volume-plugin", "str"),
-    _Ignored("allow-untagged-cloud", "bool"),
-    _Ignored("node-sync-period", "duration"),
-    _Ignored("enable-leader-migration", "bool"),
-    _Ignored("leader-migration-config", "str"),
-    _Ignored("authentication-kubeconfig", "str"),
-    _Ignored("authentication-skip-lookup", "bool"),
-    _Ignored("authentication-token-webhook-cache-ttl", "duration"),
-    _Ignored("authentication-tolerate-lookup-failure", "bool"),
-    _Ignored("authorization-kubeconfig", "str"),
-    _Ignored("authorization-always-allow-paths", "strings"),
-    _Ignored("authorization-webhook-cache-authorized-ttl", "duration"),
-    _Ignored("authorization-webhook-cache-unauthorized-ttl", "duration"),
-    _Ignored("client-ca-file", "str"),
-    _Ignored("requestheader-client-ca-file", "str"),
-    _Ignored("requestheader-allowed-names", "strings"),
-    _Ignored("requestheader-username-headers", "strings"),
-    _Ignored("requestheader-group-headers", "strings"),
-    _Ignored("requestheader-extra-headers-prefix", "strings"),
-    _Ignored("requestheader-uid-headers", "strings"),
-    _Ignored("tls-cipher-suites", "strings"),
-    _Ignored("tls-curve-preferences", "strings"),
-    _Ignored("tls-min-version", "str"),
-    _Ignored("tls-sni-cert-key", "str"),
-    _Ignored("http2-max-streams-per-connection", "int"),
-    _Ignored("disable-http2-serving", "bool"),
-    _Ignored("permit-port-sharing", "bool"),
-    _Ignored("permit-address-sharing", "bool"),
-    _Ignored("vmodule", "str"),
-    _Ignored("log-flush-frequency", "duration"),
-    _Ignored("webhooks", "strings"),
-    _Ignored("webhook-secure-port", "int"),
-    _Ignored("webhook-bind-address", "ip"),
-    _Ignored("webhook-cert-dir", "str"),
-)
-
-_BY_NAME: Final[Mapping[str, _Flag]] = MappingProxyType({spec.name: spec for spec in _FLAGS})
-_IGNORED_BY_NAME: Final[Mapping[str, _Ignored]] = MappingProxyType(
-    {spec.name: spec for spec in _IGNORED}
-)
-_KINDS: Final[Mapping[str, _Kind]] = MappingProxyType(
-    {
-        **{spec.name: spec.kind for spec in _FLAGS},
-        **{spec.name: spec.kind for spec in _IGNORED},
-        "help": "cli",
-        "version": "cli",
-    }
-)
-# A valid value of each kind, written by to_flags for the ignored flags that were given.
-_NEUTRAL: Final[Mapping[str, str]] = MappingProxyType(
-    {"str": "", "bool": "true", "int": "0", "duration": "0s", "ip": "127.0.0.1", "strings": ""}
-)
-
-
-# --- tokenizing argv the pflag way ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Token:
-    raw: str
-    name: str | None  # None: a positional argument
-    value: str | None  # after "=", glued to -v, or the next argument; None when absent
-    # "short": -v or -h (named "v" and "help"); "bad": a single-dash long form like -kubeconfig
-    form: Literal["long", "short", "bad"] = "long"
-
-
-def _tokens(argv: Sequence[str]) -> Iterator[_Token]:
-    """Split argv into flags and values without judging them (that is parse_flags' job)."""
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        raw = args[i]
-        i += 1
-        if raw == "--":
-            yield from (_Token(rest, None, None) for rest in args[i:])
-            return
-        form: Literal["long", "short", "bad"] = "long"
-        if raw.startswith("--"):
-            name, eq, value = raw[2:].partition("=")
-            inline: str | None = value if eq else None
-        elif raw.startswith("-v"):
-            form, name, rest = "short", "v", raw[2:]
-            inline = rest.removeprefix("=") if rest else None
-        elif raw == "-h" or raw.startswith("-h="):
-            form, name = "short", "help"
-            inline = raw[3:] if raw.startswith("-h=") else None
-        elif raw.startswith("-") and raw != "-":
-            form = "bad"
-            name, eq, value = raw[1:].partition("=")
-            inline = value if eq else None
-        else:
-            yield _Token(raw, None, None)
-            continue
-        name = name.replace("_", "-")
-        kind = _KINDS.get(name)
-        takes_value = form != "bad" and kind is not None and kind not in _BOOL_LIKE
-        if inline is None and takes_value and i < len(args):
-            inline = args[i]
-            i += 1
-        yield _Token(raw, name, inline, form)
-
-
-def _positional_message(raw: str, previous: _Token | None) -> str:
-    if (
-        previous is not None
-        and previous.value is None
-        and previous.name is not None
-        and _KINDS.get(previous.name) == "bool"
-        and raw.lower() in _BOOLS
-    ):
-        return (
-            f"unexpected argument {raw!r}: a boolean flag takes its value after '=', "
-            f"e.g. --{previous.name}={raw}"
-        )
-    return f"unexpected argument {raw!r}: trio-ccm takes flags only (see --help)"
-
-
-def _single_dash_message(token: _Token) -> str:
-    if token.name in _KINDS:
-        return f"{token.raw}: long flags take two dashes, e.g. --{token.raw[1:]}"
-    return f"unknown shorthand flag: {token.raw[1:2]!r} in {token.raw} (see --help)"
-
-
-# --- values ------------------------------------------------------------------------------
-
-_BOOLS: Final[Mapping[str, bool]] = MappingProxyType(
-    {
-        **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
-        **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
-    }
-)
-_INT_RE: Final = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_BARE_NUMBER_RE: Final = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
-_DURATION_PART_RE: Final = re.compile(r"([0-9]*(?:\.[0-9]*)?)([^0-9.]*)")
-_NS_PER_UNIT: Final[Mapping[str, int]] = MappingProxyType(
-    {
-        "ns": 1,
-        "us": 1_000,
-        "\u00b5s": 1_000,  # micro sign, as Go accepts
-        "\u03bcs": 1_000,  # Greek mu, as Go accepts
-        "ms": 1_000_000,
-        "s": 1_000_000_000,
-        "m": 60_000_000_000,
-        "h": 3_600_000_000_000,
-    }
-)
-_MAX_NS: Final = 2**63 - 1  # Go's time.Duration is an int64 of nanoseconds
-_CONTROLLER_TOKEN_RE: Final = re.compile(r"\*|-?[A-Za-z0-9][A-Za-z0-9_.-]*")
-_RATE_RE: Final = re.compile(r"([^=]*)=([^:]*):(.*)")
-
-
-def _parse_bool(text: str) -> bool | None:
-    return _BOOLS.get(text)
-
-
-def _convert(kind: _Kind, flag: str, value: str) -> object:
-    """The typed value of `flag=value`; FlagError naming the flag when it does not parse."""
-    if kind in ("bool", "cli"):
-        parsed = _parse_bool(value)
-        if parsed is None and not (flag == "--version" and value == "raw"):
-            raise FlagError(f"{flag}={value}: not a boolean; write {flag}=true or {flag}=false")
-        return parsed
-    if kind == "int":
-        if not _INT_RE.fullmatch(value):
-            raise FlagError(f"{flag}={value}: not an integer")
-        return int(value)
-    if kind == "float":
-        if not _FLOAT_RE.fullmatch(value):
-            raise FlagError(f"{flag}={value}: not a number")
-        return float(value)
-    if kind == "duration":
-        return _parse_duration(flag, value) / 1e9
-    if kind == "ip":
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            raise FlagError(f"{flag}={value}: not an IP address, e.g. 0.0.0.0 or ::") from None
-        return value
-    if kind == "controllers":
-        # pflag's string slices: an empty value is an empty list.
-        tokens = value.split(",") if value else []
-        for token in tokens:
-            if not _CONTROLLER_TOKEN_RE.fullmatch(token):
-                raise FlagError(_controller_token_message(flag, value, token))
-        return tokens
-    if kind == "rates":
-        return [_parse_rate(flag, value, item) for item in value.split(",")]
-    return value  # "str", and "strings" of the ignored flags
-
-
-def _parse_duration(flag: str, value: str) -> int:
-    """Go's time.ParseDuration, to integer nanoseconds."""
-    text = value
-    sign = -1 if text.startswith("-") else 1
-    text = text.removeprefix("-") if sign < 0 else text.removeprefix("+")
-    if text == "0":
-        return 0
-    if _BARE_NUMBER_RE.fullmatch(value):
-        raise FlagError(f"{flag}={value}: a duration needs a unit, e.g. {value}s")
-    bad = FlagError(f"{flag}={value}: not a duration; write e.g. 15s, 1m30s or 500ms")
-    total = Decimal(0)
-    pos = 0
-    while pos < len(text) or pos == 0:
-        match = _DURATION_PART_RE.match(text, pos)
-        assert match is not None  # both groups may be empty, so it always matches
-        number, unit = match.groups()
-        if number in ("", ".") or unit not in _NS_PER_UNIT:
-            raise bad
-        total += Decimal(number) * _NS_PER_UNIT[unit]
-        pos = match.end()
-    ns = int(total)  # Go truncates below a nanosecond
-    if ns > _MAX_NS:
-        raise FlagError(f"{flag}={value}: too long (Go durations end near 2562047h)")
-    return sign * ns
-
-
-def _parse_rate(flag: str, value: str, item: str) -> tuple[str, float, int]:
-    match = _RATE_RE.fullmatch(item)
-    if (
-        match is None
-        or not _FLOAT_RE.fullmatch(match.group(2))
-        or not _INT_RE.fullmatch(match.group(3))
-    ):
-        raise FlagError(f"{flag}={value}: {item!r} is not FAMILY=QPS:BURST, e.g. instances=10:20")
-    return match.group(1), float(match.group(2)), int(match.group(3))
-
-
-def _controller_token_message(flag: str, value: str, token: str) -> str:
+def controller_token_message(flag: str, value: str, token: str) -> str:
     if not token:
         return f"{flag}={value}: empty controller name; separate names with single commas"
     return (
@@ -780,73 +272,6 @@ def _rewrite_alias(token: str, aliases: Mapping[str, str]) -> str:
     if token.startswith("-"):
         return "-" + aliases.get(token[1:], token[1:])
     return aliases.get(token, token)
-
-
-def format_duration(seconds: float, *, micro: str = "us") -> str:
-    """Go's Duration.String() form of `seconds` (nanosecond resolution). Go writes `µs`;
-    flags take `us` too, and `--help` writes that (the default)."""
-    ns = round(seconds * 1_000_000_000)
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000:
-        return f"{sign}{ns}ns"
-    if ns < 1_000_000:
-        return f"{sign}{_decimal(ns, 1_000)}{micro}"
-    if ns < 1_000_000_000:
-        return f"{sign}{_decimal(ns, 1_000_000)}ms"
-    hours, rest = divmod(ns, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = sign
-    if hours:
-        text += f"{hours}h"
-    if hours or minutes:
-        text += f"{minutes}m"
-    return f"{text}{_decimal(rest, 1_000_000_000)}s"
-
-
-def _decimal(count: int, unit: int) -> str:
-    whole, part = divmod(count, unit)
-    if not part:
-        return str(whole)
-    digits = len(str(unit)) - 1
-    return f"{whole}.{part:0{digits}d}".rstrip("0")
-
-
-def _format_value(kind: _Kind, value: object) -> str:
-    if kind == "bool":
-        return "true" if value else "false"
-    if kind == "duration":
-        assert isinstance(value, float | int)
-        return format_duration(value)
-    if kind == "float":
-        assert isinstance(value, float | int)
-        return repr(float(value))
-    if kind == "controllers":
-        assert isinstance(value, tuple)
-        return ",".join(value)
-    if kind == "rates":
-        assert isinstance(value, tuple)
-        return ",".join(f"{family}={float(qps)!r}:{burst}" for family, qps, burst in value)
-    return str(value)
-
-
-def _flag_column(spec: _Flag) -> str:
-    type_name = _TYPE_NAMES[spec.kind]
-    suffix = f" {type_name}" if type_name else ""
-    if spec.name == "v":
-        return f"  -v, --v{suffix}"
-    return f"      --{spec.name}{suffix}"
-
-
-def _default_note(spec: _Flag) -> str:
-    default = getattr(Settings(), spec.field)
-    if spec.kind == "str":
-        return f'(default "{default}")'
-    if spec.kind == "rates":
-        return "(default: none)"
-    return f"(default {_format_value(spec.kind, default)})"
 
 
 def _redact_userinfo(url: str) -> str:
@@ -867,23 +292,65 @@ def _redact_userinfo(url: str) -> str:
 # --- validation ---------------------------------------------------------------------------
 
 
+_HOUR: Final = 3600.0
+_DAY: Final = 24 * _HOUR
+# (least, most, least excluded) per numeric field: sane ranges, checked when given.
+_RANGES: Final[Mapping[str, tuple[float, float, bool]]] = MappingProxyType(
+    {
+        "kube_api_qps": (0.0, 10_000.0, True),
+        "kube_api_burst": (1, 100_000, False),
+        "leader_elect_lease_duration_s": (0.0, _HOUR, True),
+        "leader_elect_renew_deadline_s": (0.0, _HOUR, True),
+        "leader_elect_retry_period_s": (0.0, _HOUR, True),
+        "route_reconciliation_period_s": (0.0, _DAY, True),
+        "node_monitor_period_s": (0.0, _DAY, True),
+        "node_status_update_frequency_s": (0.0, _DAY, True),
+        "concurrent_node_syncs": (1, 10_000, False),
+        "concurrent_node_status_updates": (0, 10_000, False),
+        "concurrent_service_syncs": (1, 10_000, False),
+        "min_resync_period_s": (1.0, 7 * _DAY, False),
+        "controller_start_interval_s": (0.0, _HOUR, False),
+        "secure_port": (0, 65_535, False),
+        "verbosity": (0, 10, False),
+        # A batch that waits longer than this holds up every Node lookup it collects.
+        "cloud_batch_window_s": (0.0, 5.0, False),
+        "cloud_batch_size": (1, 10_000, False),
+    }
+)
+_RATE_QPS_MAX: Final = 10_000.0
+_RATE_BURST_MAX: Final = 100_000
+
+
+def _range_problem(field: str, value: float) -> str | None:
+    """Why `value` is out of `field`'s range (naming flag, value and range), or None."""
+    least, most, excluded = _RANGES[field]
+    low_ok = value > least if excluded else value >= least
+    if math.isfinite(value) and low_ok and value <= most:
+        return None
+    shown = f"{flag_of(field)}={format_setting(field, value)}"
+    if field.endswith("_s"):
+        low, high = format_duration(least), format_duration(most)
+        if excluded:
+            return f"{shown}: must be more than {low} and at most {high}"
+        return f"{shown}: must be from {low} to {high}"
+    if excluded:
+        return f"{shown}: must be more than {least:g} and at most {most:g}"
+    return f"{shown}: must be {least:g} to {most:g}"
+
+
 def _problems(s: Settings) -> list[str]:
     """Everything wrong with `s`, each naming its flag; empty when valid."""
     problems: list[str] = []
-    flag_of = {spec.field: f"--{spec.name}" for spec in _FLAGS}
 
     def show(field: str) -> str:
-        spec = _BY_NAME[flag_of[field].removeprefix("--")]
-        return f"{flag_of[field]}={_format_value(spec.kind, getattr(s, field))}"
+        return f"{flag_of(field)}={format_setting(field, getattr(s, field))}"
 
-    for spec in _FLAGS:
-        if spec.kind != "duration":
-            continue
-        seconds = getattr(s, spec.field)
-        if not math.isfinite(seconds) or seconds < 0:
-            problems.append(f"{show(spec.field)}: must be a duration of 0s or more")
-        elif spec.field in _POSITIVE_PERIODS and seconds == 0:
-            problems.append(f"{show(spec.field)}: a period must be more than 0s")
+    for field in _RANGES:
+        if field.startswith("leader_elect_") and not s.leader_elect:
+            continue  # unused without election (upstream does not check them either)
+        problem = _range_problem(field, getattr(s, field))
+        if problem is not None:
+            problems.append(problem)
     if s.leader_elect:
         lease = s.leader_elect_lease_duration_s
         renew = s.leader_elect_renew_deadline_s
@@ -906,20 +373,6 @@ def _problems(s: Settings) -> list[str]:
                 f"{show('leader_elect_resource_lock')}: only leases is supported "
                 "(or --leader-elect=false)"
             )
-    if not (math.isfinite(s.kube_api_qps) and s.kube_api_qps > 0):
-        problems.append(f"{show('kube_api_qps')}: must be more than 0")
-    if s.kube_api_burst < 1:
-        problems.append(f"{show('kube_api_burst')}: must be at least 1")
-    for field in ("concurrent_node_syncs", "concurrent_service_syncs", "cloud_batch_size"):
-        if getattr(s, field) < 1:
-            problems.append(f"{show(field)}: must be at least 1")
-    if s.concurrent_node_status_updates < 0:
-        problems.append(
-            f"{show('concurrent_node_status_updates')}: must be 0 "
-            "(= --concurrent-node-syncs) or more"
-        )
-    if not 0 <= s.secure_port <= 65535:
-        problems.append(f"{show('secure_port')}: must be 0 (no server) to 65535")
     if not _is_ip(s.bind_address):
         problems.append(f"{show('bind_address')}: not an IP address, e.g. 0.0.0.0 or ::")
     if bool(s.tls_cert_file) != bool(s.tls_private_key_file):
@@ -930,8 +383,6 @@ def _problems(s: Settings) -> list[str]:
         problems.append("--plain-http serves without TLS: drop it or drop --tls-cert-file")
     if s.logging_format not in ("", "text", "json"):
         problems.append(f"{show('logging_format')}: write text or json")
-    if s.verbosity < 0:
-        problems.append(f"{show('verbosity')}: must be 0 or more")
     if s.cidr_allocator_type != "RangeAllocator":
         problems.append(f"{show('cidr_allocator_type')}: only RangeAllocator is supported")
     problems += _cidr_problems(s.cluster_cidr)
@@ -941,7 +392,7 @@ def _problems(s: Settings) -> list[str]:
     problems += [
         f"ignored_flags: {name!r} is not a flag accepted for compatibility"
         for name in s.ignored_flags
-        if not name.startswith("--") or name[2:] not in _IGNORED_BY_NAME
+        if not name.startswith("--") or name[2:] not in COMPATIBILITY_FLAGS
     ]
     return problems
 
@@ -1045,9 +496,9 @@ def _ipam_problems(s: Settings) -> list[str]:
 def _controllers_problems(controllers: tuple[str, ...]) -> list[str]:
     value = ",".join(controllers)
     return [
-        _controller_token_message("--controllers", value, token)
+        controller_token_message("--controllers", value, token)
         for token in controllers
-        if not _CONTROLLER_TOKEN_RE.fullmatch(token)
+        if not CONTROLLER_TOKEN_RE.fullmatch(token)
     ]
 
 
@@ -1063,8 +514,8 @@ def _rate_problems(rates: tuple[tuple[str, float, int], ...]) -> list[str]:
         elif family in seen:
             problems.append(f"{item}: family {family} is given twice; give it once")
         seen.add(family)
-        if not (math.isfinite(qps) and qps > 0):
-            problems.append(f"{item}: QPS must be more than 0")
-        if burst < 1:
-            problems.append(f"{item}: burst must be at least 1")
+        if not (math.isfinite(qps) and 0 < qps <= _RATE_QPS_MAX):
+            problems.append(f"{item}: QPS must be more than 0 and at most {_RATE_QPS_MAX:g}")
+        if not 1 <= burst <= _RATE_BURST_MAX:
+            problems.append(f"{item}: burst must be 1 to {_RATE_BURST_MAX}")
     return problems

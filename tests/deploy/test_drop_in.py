@@ -43,11 +43,12 @@ from tests.integration.controllers.conftest import UNINITIALIZED, lb_service, re
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider
+from trio_ccm.flags import parse_flags, usage
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import LEASES, NODES, Node
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
-from trio_ccm.settings import Settings, parse_flags, usage
+from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
 from trio_ccm.testing.cloud import SimCloud

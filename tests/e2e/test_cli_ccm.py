@@ -113,7 +113,7 @@ async def test_ccm_initialises_testbed_nodes_and_releases_the_lease_on_sigterm(
         pytest.param(["--kube-api-qps=abc"], "--kube-api-qps=abc: not a number", id="bad-value"),
         pytest.param(
             ["--cloud-provider=sim", "--node-monitor-period", "0s"],
-            "--node-monitor-period=0s: a period must be more than 0s",
+            "--node-monitor-period=0s: must be more than 0s and at most 24h0m0s",
             id="zero-period",
         ),
     ],

@@ -81,6 +81,7 @@ from trio_ccm.cloud.provider import (
     NodeInfo,
 )
 from trio_ccm.errors import CcmError
+from trio_ccm.govalues import parse_bool
 from trio_ccm.kube.client import NotFoundError
 from trio_ccm.kube.informer import Changed, Gone, Update
 from trio_ccm.kube.objects import (
@@ -128,9 +129,6 @@ VERIFY_SHARE: Final = 0.5  # of the load-balancer family's rate, for re-verifica
 DRIFT_CHECK_PERIOD_S: Final = 1800.0
 _NODE_NAMES_LIMIT: Final = 20
 _LATENCY_BUCKETS: Final = tuple(2.0**k for k in range(15))  # 1 s .. 16384 s, as upstream
-# Go's strconv.ParseBool: the exclusion label is ignored only for a false value.
-_FALSE: Final = frozenset({"0", "f", "F", "false", "FALSE", "False"})
-_TRUE: Final = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 
 NodeSet = frozenset[tuple[str, str]]
 """The backends as the controller compares them: (Node name, provider ID) pairs."""
@@ -150,7 +148,8 @@ def stable_node(node: Node) -> bool:
     if node.metadata.deletion_timestamp:
         return False
     excluded = node.metadata.labels.get(LABEL_EXCLUDE_FROM_LB)
-    if excluded is not None and excluded not in _FALSE:
+    # Go's strconv.ParseBool, as upstream: the label is ignored only for a false value.
+    if excluded is not None and parse_bool(excluded) is not False:
         return False
     return not has_taint(node, TAINT_TO_BE_DELETED_BY_CA)
 
