@@ -14,11 +14,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The demo needs trio-ccm and its runtime dependencies only, not the test extra (about
-# 20 s less from a clean clone); with the test extra installed this is a no-op install.
+# The demo needs trio-ccm, its runtime dependencies and the test tooling's (the `testing`
+# extra), not the test extra (about 20 s less from a clean clone); with the test extra
+# installed this is a no-op install.
 $(RUNTIME_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[testing]'
 	touch $(RUNTIME_STAMP)
 
 lint: install

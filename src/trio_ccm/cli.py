@@ -2,31 +2,30 @@
 signal handling, exit codes.
 
     trio-ccm [flags]            the cloud-controller-manager (the Go CCM's flags; --help)
-    trio-ccm apiserver ...      the Kubernetes API emulator, standalone
-    trio-ccm testbed ...        the emulator + the simulated cloud + simulated kubelets
-    trio-ccm demo ...           testbed + the CCM in one process, with live progress
+    trio-ccm apiserver|testbed|demo ...
+                                the test tooling's commands (`trio_ccm.testing.cli`),
+                                imported only when one of them is asked for
 
 Exit codes (docs/operations.md): 0 clean shutdown (or --help/--version); 1 a runtime
 failure, an unusable --cloud-config or --kubeconfig, the Lease lost with
 --exit-on-lost-lease, or a second signal forcing the shutdown; 2 a rejected command line.
+
+Signals: the first SIGTERM/SIGINT asks for a graceful shutdown (drain while the Lease is
+renewed, release it, exit 0); a second one stops everything at once, and the process exits
+within `FORCED_EXIT_S` whatever cleanup is left (as the Go CCM exits on a second signal).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import math
-import re
-import secrets
-import shutil
+import importlib
+import os
 import signal
 import sys
-from collections import Counter
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import prometheus_client
 import structlog
@@ -44,11 +43,18 @@ from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 
-if TYPE_CHECKING:
-    from trio_ccm.testing.apiserver import ApiServer
-    from trio_ccm.testing.testbed import Census, Testbed
-
-__all__ = ["main"]
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "SIGNALS",
+    "Shutdown",
+    "aclose_provider",
+    "log_failures",
+    "main",
+    "usage_error",
+    "watch_signals",
+]
 
 log = structlog.get_logger("trio_ccm.cli")
 
@@ -56,26 +62,31 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 
-_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _COMMANDS_HELP: Final = """\
 Commands (each has --help):
   trio-ccm apiserver   run the Kubernetes API emulator on loopback
   trio-ccm testbed     run the emulator, the simulated cloud and N simulated kubelets
   trio-ccm demo        run a testbed and the CCM in one process, with live progress"""
 _CLEANUP_S: Final = 5.0  # deadline of shielded cleanup (closing the provider)
-_KUBECTL_TIMEOUT_S: Final = 20.0
+FORCED_EXIT_S: Final = 0.9
+"""After a second signal, the process exits within this long, cleanup done or not."""
+_TESTING_COMMANDS: Final = ("apiserver", "testbed", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `trio-ccm` with `argv` (without the program name); returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in _SUBCOMMANDS:
-        return _SUBCOMMANDS[args[0]](args[1:])
+    if args and args[0] in _TESTING_COMMANDS:
+        # Imported by name, so the controller manager never loads the test tooling.
+        testing_cli = importlib.import_module("trio_ccm.testing.cli")
+        code: int = testing_cli.main(args)
+        return code
     return run_ccm(args)
 
 
 # -- small helpers ------------------------------------------------------------------------
-def _usage_error(message: str, *, command: str = "") -> int:
+def usage_error(message: str, *, command: str = "") -> int:
     """A rejected command line: the message, how to get help, exit 2."""
     prog = f"trio-ccm {command}".strip()
     print(f"trio-ccm: {message}", file=sys.stderr)
@@ -83,69 +94,7 @@ def _usage_error(message: str, *, command: str = "") -> int:
     return EXIT_USAGE
 
 
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
-_UNIT_S: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _duration(text: str) -> float:
-    """A positive Go-style duration (`60s`, `1m30s`, `500ms`) or plain seconds, for argparse."""
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-        pos = 0
-        while pos < len(text):
-            match = _DURATION_PART.match(text, pos)
-            if match is None:
-                raise argparse.ArgumentTypeError(
-                    f"{text!r} is not a duration; write e.g. 60s, 1m30s or 500ms"
-                ) from None
-            seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
-            pos = match.end()
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0s")
-    return seconds
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port}: must be between 0 and 65535")
-    return port
-
-
-def _count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"{count}: must be 0 or more")
-    return count
-
-
-def _quiet_logging(level: int) -> None:
-    """Raise the level configure_logging set (the demo keeps its terminal for progress)."""
-    logging.getLogger().setLevel(level)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
-
-
-def _log_failures(group: BaseExceptionGroup[Exception]) -> None:
+def log_failures(group: BaseExceptionGroup[Exception]) -> None:
     """Log each leaf exception once: config problems as one line, the rest with a traceback."""
     for exc in _leaves(group):
         if isinstance(exc, ConfigError):
@@ -166,7 +115,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-async def _aclose_provider(provider: CloudProvider) -> None:
+async def aclose_provider(provider: CloudProvider) -> None:
     """Close the provider if it can be closed (`aclose`), shielded and under a deadline."""
     aclose = getattr(provider, "aclose", None)
     if aclose is None:
@@ -189,7 +138,7 @@ def run_ccm(argv: Sequence[str]) -> int:
     try:
         settings = parse_flags(argv, controller_aliases=CONTROLLER_ALIASES)
     except FlagError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)
     loaded = _load_provider(settings)
     if isinstance(loaded, int):
@@ -198,7 +147,7 @@ def run_ccm(argv: Sequence[str]) -> int:
         contributed = getattr(loaded, "controllers", ()) or ()
         resolve_controllers(settings, BUILTIN_CONTROLLERS, list(contributed))
     except ConfigError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     log.info("ccm.flags", version=__version__, settings=settings.configz()["settings"])
     for flag in settings.ignored_flags:
         log.warning(
@@ -218,7 +167,7 @@ def _load_provider(settings: Settings) -> CloudProvider | int:
         try:
             load_provider(name, None)  # raises the registry's message for this case
         except ConfigError as exc:
-            return _usage_error(str(exc))
+            return usage_error(str(exc))
         raise AssertionError("load_provider accepted an unknown provider")  # pragma: no cover
     try:
         return load_provider(name, read_cloud_config(settings.cloud_config))
@@ -231,22 +180,24 @@ def _load_provider(settings: Settings) -> CloudProvider | int:
 
 
 @dataclass
-class _Shutdown:
+class Shutdown:
     """How the process was asked to stop."""
 
     signals: int = 0
     forced: bool = False
 
 
-async def _watch_signals(
+async def watch_signals(
     signals: AsyncIterator[int],
-    shutdown: _Shutdown,
+    shutdown: Shutdown,
     serving: Callable[[], Serving | None],
     cancel_scope: trio.CancelScope,
     *,
     announce: Callable[[str], None] | None = None,
+    on_force: Callable[[], None] | None = None,
 ) -> None:
-    """First SIGTERM/SIGINT: graceful shutdown; a second one: cancel everything at once."""
+    """First SIGTERM/SIGINT: graceful shutdown; a second one: stop everything at once (the
+    replica stops acting first), then `on_force()` (the process arms its exit deadline)."""
     async for signum in signals:
         shutdown.signals += 1
         name = signal.Signals(signum).name
@@ -261,16 +212,24 @@ async def _watch_signals(
             if announce is not None:
                 announce(f"received {name}: stopping at once")
             shutdown.forced = shutdown.signals > 1
+            if current is not None:
+                current.shut_down(force=True)
             cancel_scope.cancel()
+            if shutdown.forced and on_force is not None:
+                on_force()
             return
 
 
-async def _stop_at_first_signal(signals: AsyncIterator[int], nursery: trio.Nursery) -> None:
-    """For the test-tooling subcommands: the first SIGTERM/SIGINT stops everything."""
-    async for signum in signals:
-        print(f"received {signal.Signals(signum).name}, stopping", flush=True)
-        nursery.cancel_scope.cancel()
-        break
+def _exit_soon() -> None:
+    """A second signal: whatever cleanup is left, the process ends within FORCED_EXIT_S."""
+
+    def hard_exit() -> None:
+        log.warning("ccm.exit", exit_code=EXIT_FAILURE, reason="forced by a second signal")
+        os._exit(EXIT_FAILURE)
+
+    timer = threading.Timer(FORCED_EXIT_S, hard_exit)
+    timer.daemon = True
+    timer.start()
 
 
 def _process_registry() -> prometheus_client.CollectorRegistry:
@@ -283,13 +242,13 @@ def _process_registry() -> prometheus_client.CollectorRegistry:
 
 
 def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
-    shutdown = _Shutdown()
+    shutdown = Shutdown()
     registry = _process_registry()
 
     async def run() -> None:
         holder: list[Serving] = []
         try:
-            with trio.open_signal_receiver(*_SIGNALS) as signals:
+            with trio.open_signal_receiver(*SIGNALS) as signals:
                 async with trio.open_nursery() as nursery:
 
                     async def replica(*, task_status: trio.TaskStatus[Serving]) -> None:
@@ -297,15 +256,18 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
                         nursery.cancel_scope.cancel()  # returned: stop watching signals
 
                     nursery.start_soon(
-                        _watch_signals,
-                        signals,
-                        shutdown,
-                        lambda: holder[0] if holder else None,
-                        nursery.cancel_scope,
+                        partial(
+                            watch_signals,
+                            signals,
+                            shutdown,
+                            lambda: holder[0] if holder else None,
+                            nursery.cancel_scope,
+                            on_force=_exit_soon,
+                        )
                     )
                     holder.append(await nursery.start(replica))
         finally:
-            await _aclose_provider(provider)
+            await aclose_provider(provider)
 
     code = EXIT_OK
     try:
@@ -314,616 +276,12 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
         _log_lease_lost(group)
         code = EXIT_FAILURE
     except* Exception as group:
-        _log_failures(group)
+        log_failures(group)
         code = EXIT_FAILURE
     if code == EXIT_OK and shutdown.forced:
         code = EXIT_FAILURE
     log.info("ccm.exit", exit_code=code)
     return code
-
-
-# -- `trio-ccm apiserver` ------------------------------------------------------------------
-def _apiserver_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trio-ccm apiserver",
-        description="Run the Kubernetes API emulator standalone. It prints its URL, writes a "
-        "kubeconfig that kubectl and the Python clients accept, and stops cleanly on Ctrl-C.",
-    )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (loopback only; default 127.0.0.1)",
-    )
-    parser.add_argument(
-        "--port", type=int, default=0, help="port to listen on; 0 picks a free one (default 0)"
-    )
-    parser.add_argument(
-        "--tls",
-        action="store_true",
-        help="serve HTTPS with a CA minted at start (its certificate goes into the kubeconfig)",
-    )
-    parser.add_argument(
-        "--kubeconfig-out",
-        metavar="PATH",
-        help="write a kubeconfig for this server to PATH (mode 0600)",
-    )
-    parser.add_argument(
-        "--rbac",
-        metavar="FILE",
-        nargs="+",
-        action="extend",
-        default=[],
-        help="enforce RBAC, loading Roles, ClusterRoles, bindings and "
-        "ServiceAccounts from these YAML files",
-    )
-    parser.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="require bearer tokens; TOKEN is the admin (system:masters) token. "
-        "With --rbac and no --token one is generated for the kubeconfig",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seed for generated names, uids, IPs and fault dice"
-    )
-    return parser
-
-
-def _fail(message: str) -> int:
-    print(f"trio-ccm: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _load_rbac(server: ApiServer, files: Sequence[str]) -> str | None:
-    """Load `--rbac` files into the emulator; the problem (naming the file), or None."""
-    for name in files:
-        try:
-            text = Path(name).read_text()
-        except OSError as exc:
-            return f"--rbac {name}: cannot read the file: {exc.strerror}"
-        try:
-            server.load_manifest_text(text)
-        except Exception as exc:  # any bad document: report it against its file
-            message = getattr(exc, "message", None) or str(exc)
-            return f"--rbac {name}: {message}"
-    return None
-
-
-def run_apiserver(argv: Sequence[str]) -> int:
-    from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
-
-    args = _apiserver_parser().parse_args(argv)
-    if not _is_loopback(args.host):
-        return _fail(
-            f"--host {args.host}: the emulator listens on loopback only "
-            "(use 127.0.0.1, ::1 or localhost)"
-        )
-    if not 0 <= args.port <= 65535:
-        return _fail(f"--port {args.port}: must be between 0 and 65535")
-    token = args.token
-    if args.rbac and not token:
-        token = secrets.token_urlsafe(24)
-    server = ApiServer(admin_token=token, rbac=bool(args.rbac), seed=args.seed)
-    problem = _load_rbac(server, args.rbac)
-    if problem:
-        return _fail(problem)
-
-    async def run() -> int:
-        with trio.open_signal_receiver(*_SIGNALS) as signals:
-            async with trio.open_nursery() as nursery:
-                try:
-                    listening = await nursery.start(
-                        partial(
-                            serve_apiserver, server, host=args.host, port=args.port, tls=args.tls
-                        )
-                    )
-                except OSError as exc:
-                    nursery.cancel_scope.cancel()
-                    print(
-                        f"trio-ccm: error: cannot listen on {args.host}:{args.port}: "
-                        f"{exc.strerror}",
-                        file=sys.stderr,
-                    )
-                    return EXIT_FAILURE
-                print(f"trio-ccm apiserver listening on {listening.url}", flush=True)
-                if args.kubeconfig_out:
-                    written = listening.write_kubeconfig(args.kubeconfig_out, token)
-                    print(f"kubeconfig written to {written}", flush=True)
-                if args.rbac:
-                    print("RBAC enforced from " + ", ".join(args.rbac), flush=True)
-                await _stop_at_first_signal(signals, nursery)
-        return EXIT_OK
-
-    return trio.run(run)
-
-
-# -- `trio-ccm testbed` --------------------------------------------------------------------
-def _testbed_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trio-ccm testbed",
-        description="Run the Kubernetes API emulator and the simulated cloud on loopback, with "
-        "N running instances whose simulated kubelets (as with --cloud-provider=external) "
-        "register tainted Nodes and keep their Ready condition fresh. Instances added, "
-        "stopped, started or terminated through the simulated cloud's admin API "
-        "(/_sim/instances) are followed within a second. Point a CCM at the two files: "
-        "trio-ccm --cloud-provider=sim --cloud-config=C --kubeconfig=K "
-        "--cluster-cidr=10.244.0.0/16. Stops on Ctrl-C.",
-    )
-    parser.add_argument(
-        "--nodes", type=_count, default=3, help="instances (and Nodes) at start (default 3)"
-    )
-    parser.add_argument(
-        "--kubeconfig-out",
-        metavar="PATH",
-        required=True,
-        help="write a kubeconfig for the emulator to PATH (mode 0600)",
-    )
-    parser.add_argument(
-        "--cloud-config-out",
-        metavar="PATH",
-        required=True,
-        help="write a cloud config for --cloud-provider=sim to PATH",
-    )
-    parser.add_argument(
-        "--rbac",
-        metavar="FILE",
-        nargs="*",
-        default=None,
-        help="enforce RBAC (needs --tls: clients send no token over plain HTTP), loading "
-        "Roles, ClusterRoles, bindings and ServiceAccounts from these YAML files, if any "
-        "(or apply them later with the kubeconfig); the kubeconfig gets an admin token",
-    )
-    _add_listener_arguments(parser)
-    return parser
-
-
-def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address both listen on (loopback only; default 127.0.0.1)",
-    )
-    parser.add_argument(
-        "--port", type=_port, default=0, help="the emulator's port; 0 picks a free one (default 0)"
-    )
-    parser.add_argument(
-        "--cloud-port",
-        type=_port,
-        default=0,
-        help="the simulated cloud's port; 0 picks a free one (default 0)",
-    )
-    parser.add_argument(
-        "--tls", action="store_true", help="serve the emulator over HTTPS with a CA minted at start"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed for instance IDs, names and heartbeat offsets"
-    )
-    parser.add_argument(
-        "--heartbeat",
-        type=_duration,
-        default=60.0,
-        metavar="DURATION",
-        help="how often each kubelet refreshes its Ready condition (default 60s)",
-    )
-
-
-@dataclass
-class _World:
-    """A testbed served over loopback: the emulator, the simulated cloud and the kubelets."""
-
-    testbed: Testbed
-    api_url: str
-    cloud_url: str
-    kubeconfig: Path
-
-
-async def _open_world(
-    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int, kubeconfig: str
-) -> _World:
-    """Start the two listeners and the kubelets in `nursery`; write the kubeconfig."""
-    from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
-    from trio_ccm.testing.cloud import SimCloud, serve_sim_cloud
-    from trio_ccm.testing.testbed import Testbed
-
-    rbac: list[str] | None = getattr(args, "rbac", None)
-    token = secrets.token_urlsafe(24) if rbac is not None else None
-    api = ApiServer(admin_token=token, rbac=rbac is not None, seed=args.seed)
-    problem = _load_rbac(api, rbac or [])
-    if problem:
-        raise ConfigError(problem)
-    cloud = SimCloud(seed=args.seed)
-    testbed = Testbed(api, cloud, heartbeat_s=args.heartbeat, seed=args.seed, token=token)
-    testbed.add_nodes(nodes)
-    api_listening = await nursery.start(
-        partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
-    )
-    cloud_listening = await nursery.start(
-        partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
-    )
-    written = api_listening.write_kubeconfig(kubeconfig, token)
-    await nursery.start(testbed.serve)
-    return _World(testbed, api_listening.url, cloud_listening.url, written)
-
-
-def _check_listener_args(args: argparse.Namespace, command: str) -> str | None:
-    if not _is_loopback(args.host):
-        return (
-            f"--host {args.host}: the {command} listens on loopback only "
-            "(use 127.0.0.1, ::1 or localhost)"
-        )
-    return None
-
-
-def run_testbed(argv: Sequence[str]) -> int:
-    from trio_ccm.testing.cloud import write_cloud_config
-
-    args = _testbed_parser().parse_args(argv)
-    problem = _check_listener_args(args, "testbed")
-    if problem:
-        return _usage_error(problem, command="testbed")
-    configure_logging(verbosity=0, fmt="", stream=sys.stderr)
-
-    async def run() -> int:
-        with trio.open_signal_receiver(*_SIGNALS) as signals:
-            async with trio.open_nursery() as nursery:
-                try:
-                    world = await _open_world(
-                        nursery, args, nodes=args.nodes, kubeconfig=args.kubeconfig_out
-                    )
-                    write_cloud_config(args.cloud_config_out, url=world.cloud_url)
-                except ConfigError as exc:
-                    nursery.cancel_scope.cancel()
-                    print(f"trio-ccm: error: {exc}", file=sys.stderr)
-                    return EXIT_USAGE
-                except OSError as exc:
-                    nursery.cancel_scope.cancel()
-                    print(f"trio-ccm: cannot start the testbed: {exc}", file=sys.stderr)
-                    return EXIT_FAILURE
-                print(f"apiserver listening on {world.api_url}", flush=True)
-                print(f"sim cloud listening on {world.cloud_url}", flush=True)
-                print(f"kubeconfig written to {world.kubeconfig}", flush=True)
-                print(f"cloud config written to {args.cloud_config_out}", flush=True)
-                print(
-                    f"{args.nodes} nodes registered (heartbeat every {args.heartbeat:g}s); "
-                    "Ctrl-C to stop",
-                    flush=True,
-                )
-                await _stop_at_first_signal(signals, nursery)
-        return EXIT_OK
-
-    return trio.run(run)
-
-
-# -- `trio-ccm demo` -----------------------------------------------------------------------
-def _demo_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trio-ccm demo",
-        usage="trio-ccm demo [options] [-- CCM flags]",
-        description="Run a testbed (emulator, simulated cloud, N kubelets) and the CCM "
-        "(--cloud-provider=sim, leader election on) in one process, over loopback. Prints "
-        "progress about once a second and a summary at the end; the kubeconfig lets kubectl "
-        "watch meanwhile. Flags after `--` go to the CCM (e.g. -- --kube-api-qps=100). "
-        "Stops cleanly on Ctrl-C.",
-    )
-    parser.add_argument(
-        "--nodes", type=_count, default=50, help="instances (and Nodes) at start (default 50)"
-    )
-    parser.add_argument(
-        "--services",
-        type=_count,
-        default=3,
-        help="Services of type LoadBalancer created once the CCM runs (default 3)",
-    )
-    parser.add_argument(
-        "--kubeconfig-out",
-        metavar="PATH",
-        default="trio-ccm-demo.kubeconfig",
-        help="kubeconfig for kubectl while the demo runs; removed at exit "
-        "(default trio-ccm-demo.kubeconfig)",
-    )
-    parser.add_argument(
-        "--exit-when-done",
-        action="store_true",
-        help="once every Node is initialised and every LoadBalancer Service has an "
-        "EXTERNAL-IP: print the summary, show `kubectl get nodes -o wide` and `kubectl get "
-        "svc` (when kubectl is installed) and exit",
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show the CCM's info log lines on stderr (default: warnings only)",
-    )
-    _add_listener_arguments(parser)
-    return parser
-
-
-@dataclass
-class _Progress:
-    """What the demo has seen, for the progress lines and the summary."""
-
-    started_at: float
-    census: Census | None = None
-    done_at: float | None = None
-    kube_requests: Counter[str] = field(default_factory=Counter)
-    done: trio.Event = field(default_factory=trio.Event)
-
-
-_WRITE_METHODS: Final = ("POST", "PUT", "PATCH", "DELETE")
-
-
-def _kube_requests(registry: prometheus_client.CollectorRegistry) -> Counter[str]:
-    """The CCM's API requests by HTTP method, from client-go's `rest_client_requests_total`."""
-    counts: Counter[str] = Counter()
-    for metric in registry.collect():
-        if metric.name != "rest_client_requests":
-            continue
-        for sample in metric.samples:
-            if sample.name == "rest_client_requests_total":
-                counts[sample.labels["method"]] += int(sample.value)
-    return counts
-
-
-def _progress_line(progress: _Progress, now: float) -> str:
-    census = progress.census
-    assert census is not None
-    writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
-    return (
-        f"[{now - progress.started_at:6.1f}s] nodes initialised {census.initialised}/"
-        f"{census.nodes}  routes {census.routes}  "
-        f"load balancers {len(census.external_ips)}/{census.load_balancers}  "
-        f"cloud calls {sum(census.cloud_calls.values())}  "
-        f"kube writes {writes}  events {census.event_count}"
-    )
-
-
-def _summary(progress: _Progress) -> str:
-    census = progress.census
-    if census is None:
-        return "trio-ccm demo: stopped before the first count"
-    rows: list[tuple[str, str]] = [("nodes", str(census.nodes))]
-    zones = ", ".join(f"{zone} {n}" for zone, n in sorted(census.zones.items()))
-    rows.append(("initialised", f"{census.initialised}" + (f"  ({zones})" if zones else "")))
-    took = (
-        f"{progress.done_at - progress.started_at:.2f} s after the CCM started"
-        if progress.done_at is not None
-        else "not all done"
-    )
-    rows.append(("pod CIDRs", f"{census.pod_cidrs} Nodes"))
-    rows.append(("routes", str(census.routes)))
-    rows.append(("load balancers", f"{len(census.external_ips)}/{census.load_balancers}"))
-    rows += [(f"  {key}", ip) for key, ip in sorted(census.external_ips.items())]
-    rows.append(("time to finish all", took))
-    rows.append(("cloud calls", str(sum(census.cloud_calls.values()))))
-    rows += [(f"  {m}", str(n)) for m, n in sorted(census.cloud_calls.items())]
-    writes = sum(progress.kube_requests[m] for m in _WRITE_METHODS)
-    total = sum(progress.kube_requests.values())
-    rows.append(("kube API requests by the CCM", f"{total}  ({writes} writes)"))
-    rows += [(f"  {m}", str(n)) for m, n in sorted(progress.kube_requests.items())]
-    objects = sum(census.events.values())
-    repeats = census.event_count - objects
-    rows.append(("Events", f"{objects}" + (f"  (+{repeats} repeats)" if repeats else "")))
-    rows += [(f"  {reason}", str(n)) for reason, n in sorted(census.events.items())]
-    width = max(len(label) for label, _ in rows) + 2
-    lines = ["", "trio-ccm demo summary", "-" * (width + 24)]
-    lines += [f"{label:<{width}}{value}" for label, value in rows]
-    return "\n".join(lines)
-
-
-async def _track(
-    testbed: Testbed,
-    registry: prometheus_client.CollectorRegistry,
-    progress: _Progress,
-    *,
-    expect: int,
-    services: int = 0,
-) -> None:
-    """Count every 0.2 s; print a progress line at most once a second when a count changed,
-    and set `progress.done` once `expect` Nodes (or more) exist and all are initialised."""
-    shown: tuple[int, ...] = ()
-    last_print = -math.inf
-    while True:
-        census = progress.census = await testbed.census()
-        progress.kube_requests = _kube_requests(registry)
-        now = trio.current_time()
-        counts = (
-            census.nodes,
-            census.initialised,
-            len(census.external_ips),
-            census.routes,
-            sum(census.cloud_calls.values()),
-            census.event_count,
-        )  # not the kube requests: Lease renewals alone would print a line every 2 s
-        complete = (
-            census.nodes >= expect
-            and census.initialised == census.nodes
-            and census.routes >= census.nodes
-            and census.load_balancers >= services
-            and len(census.external_ips) == census.load_balancers
-        )
-        if complete and not progress.done.is_set():
-            progress.done_at = now
-            progress.done.set()
-            print(_progress_line(progress, now), flush=True)
-            print(
-                f"all {census.nodes} Nodes initialised and routed, {census.load_balancers} "
-                f"load balancers ready in {now - progress.started_at:.2f} s",
-                flush=True,
-            )
-            shown, last_print = counts, now
-        elif counts != shown and now - last_print >= 1.0:
-            print(_progress_line(progress, now), flush=True)
-            shown, last_print = counts, now
-        await trio.sleep(0.2)
-
-
-async def _kubectl(kubeconfig: Path, *what: str) -> str | None:
-    """`kubectl get WHAT` against the demo, or None without kubectl."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        return None
-    with trio.move_on_after(_KUBECTL_TIMEOUT_S):
-        result = await trio.run_process(
-            [kubectl, "--kubeconfig", str(kubeconfig), "get", *what],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-        output = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
-        return output.rstrip("\n")
-    return f"(kubectl did not answer within {_KUBECTL_TIMEOUT_S:g} s)"
-
-
-def run_demo(argv: Sequence[str]) -> int:
-    from trio_ccm.testing.cloud import cloud_config
-
-    own, ccm_flags = _split_at_dashes(argv)
-    args = _demo_parser().parse_args(own)
-    problem = _check_listener_args(args, "demo")
-    if problem:
-        return _usage_error(problem, command="demo")
-    kubeconfig = Path(args.kubeconfig_out)
-    try:
-        settings = parse_flags(
-            [
-                "--cloud-provider=sim",
-                f"--kubeconfig={kubeconfig}",
-                "--secure-port=0",
-                # Pod CIDRs by the node-ipam-controller, cloud routes for them.
-                "--cluster-cidr=10.244.0.0/16",
-                "--allocate-node-cidrs",
-                *ccm_flags,
-            ],
-            controller_aliases=CONTROLLER_ALIASES,
-        )
-    except FlagError as exc:
-        return _usage_error(f"CCM flags after --: {exc}", command="demo")
-    configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)
-    if not args.verbose and not settings.verbosity:
-        _quiet_logging(logging.WARNING)
-    registry = prometheus_client.CollectorRegistry()
-    shutdown = _Shutdown()
-    failed: list[int] = []  # set when the listeners could not start
-
-    async def run() -> None:
-        with trio.open_signal_receiver(*_SIGNALS) as signals:
-            async with trio.open_nursery() as world_nursery:
-                try:
-                    world = await _open_world(
-                        world_nursery, args, nodes=args.nodes, kubeconfig=str(kubeconfig)
-                    )
-                except OSError as exc:
-                    print(f"trio-ccm: the demo could not start: {exc}", file=sys.stderr)
-                    failed.append(EXIT_FAILURE)
-                    world_nursery.cancel_scope.cancel()
-                    return
-                print(f"apiserver  {world.api_url}", flush=True)
-                print(f"sim cloud  {world.cloud_url}", flush=True)
-                print(f"{args.nodes} Nodes registered by simulated kubelets; starting the CCM")
-                print(f"watch it:  kubectl --kubeconfig {kubeconfig} get nodes -o wide", flush=True)
-                if not args.exit_when_done:
-                    print(
-                        "add nodes: curl -s -X POST "
-                        f'{world.cloud_url}/_sim/instances -d \'{{"name": "node-extra-1"}}\'',
-                        flush=True,
-                    )
-                provider = load_provider(
-                    "sim", cloud_config(world.cloud_url, replica="trio-ccm-demo")
-                )
-                try:
-                    progress = await _demo_ccm(
-                        settings, provider, world, registry, signals, shutdown, args
-                    )
-                finally:
-                    await _aclose_provider(provider)
-                print(_summary(progress), flush=True)
-                if args.exit_when_done and progress.done.is_set() and not shutdown.signals:
-                    for what in (("nodes", "-o", "wide"), ("svc", "-A")):
-                        shown = await _kubectl(world.kubeconfig, *what)
-                        if shown is not None:
-                            print(f"\n$ kubectl --kubeconfig {kubeconfig} get {' '.join(what)}")
-                            print(shown, flush=True)
-                world_nursery.cancel_scope.cancel()
-
-    code = EXIT_OK
-    try:
-        trio.run(run)
-    except* Exception as group:
-        _log_failures(group)
-        code = EXIT_FAILURE
-    finally:
-        kubeconfig.unlink(missing_ok=True)
-    if code == EXIT_OK and (shutdown.forced or failed):
-        code = EXIT_FAILURE
-    return code
-
-
-async def _demo_ccm(
-    settings: Settings,
-    provider: CloudProvider,
-    world: _World,
-    registry: prometheus_client.CollectorRegistry,
-    signals: AsyncIterator[int],
-    shutdown: _Shutdown,
-    args: argparse.Namespace,
-) -> _Progress:
-    """Run the CCM until every Node is initialised (with --exit-when-done) or a signal."""
-    progress = _Progress(started_at=trio.current_time())
-    async with trio.open_nursery() as nursery:
-        holder: list[Serving] = []
-
-        async def replica(*, task_status: trio.TaskStatus[Serving]) -> None:
-            await serve(settings, provider, registry=registry, task_status=task_status)
-            nursery.cancel_scope.cancel()  # returned after shut_down(): the demo is over
-
-        async def finish_when_done() -> None:
-            await progress.done.wait()
-            if args.exit_when_done:
-                holder[0].shut_down()
-
-        nursery.start_soon(
-            partial(
-                _watch_signals,
-                signals,
-                shutdown,
-                lambda: holder[0] if holder else None,
-                nursery.cancel_scope,
-                announce=partial(print, flush=True),
-            )
-        )
-        holder.append(await nursery.start(replica))
-        progress.started_at = trio.current_time()
-        await world.testbed.add_load_balancer_services(args.services)
-        nursery.start_soon(
-            partial(
-                _track,
-                world.testbed,
-                registry,
-                progress,
-                expect=args.nodes,
-                services=args.services,
-            )
-        )
-        nursery.start_soon(finish_when_done)
-    # One last count, so the summary shows the final state.
-    with trio.move_on_after(_CLEANUP_S):
-        progress.census = await world.testbed.census()
-        progress.kube_requests = _kube_requests(registry)
-    return progress
-
-
-def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    args = list(argv)
-    if "--" in args:
-        at = args.index("--")
-        return args[:at], args[at + 1 :]
-    return args, []
-
-
-_SUBCOMMANDS: Final[dict[str, Callable[[Sequence[str]], int]]] = {
-    "apiserver": run_apiserver,
-    "testbed": run_testbed,
-    "demo": run_demo,
-}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import trio
 
 from trio_ccm import cli
 from trio_ccm._version import __version__
+from trio_ccm.testing import cli as testing_cli
 
 VALID_ROLE = """
 apiVersion: rbac.authorization.k8s.io/v1
@@ -359,7 +360,7 @@ def test_version_prints_the_version(capsys: pytest.CaptureFixture[str], argv: li
         ),
         pytest.param(
             ["testbed", "--kubeconfig-out=k", "--cloud-config-out=c", "--heartbeat=soon"],
-            "argument --heartbeat: 'soon' is not a duration",
+            "argument --heartbeat: 'soon': not a duration",
             id="testbed-bad-heartbeat",
         ),
         pytest.param(
@@ -404,17 +405,21 @@ def test_bad_testbed_and_demo_arguments_exit_2(
 )
 def test_heartbeat_takes_go_durations(text: str, seconds: float) -> None:
     """--heartbeat reads Go durations and plain seconds."""
-    assert cli._duration(text) == seconds
+    assert testing_cli._duration(text) == seconds
 
 
 class FakeServing:
-    """Records graceful-shutdown requests, as `Serving.shut_down` receives them."""
+    """Records shutdown requests, as `Serving.shut_down` receives them."""
 
     def __init__(self) -> None:
         self.shutdowns = 0
+        self.forced = 0
 
-    def shut_down(self) -> None:
-        self.shutdowns += 1
+    def shut_down(self, *, force: bool = False) -> None:
+        if force:
+            self.forced += 1
+        else:
+            self.shutdowns += 1
 
 
 async def _signals(*signums: int) -> AsyncIterator[int]:
@@ -435,17 +440,22 @@ async def test_first_signal_drains_and_second_cancels_at_once(
     signums: list[int], started: bool, shutdowns: int, cancelled: bool, forced: bool
 ) -> None:
     """The first SIGTERM/SIGINT asks for a graceful shutdown (or, before the replica has
-    started, stops at once); a second one cancels everything and marks the exit forced."""
+    started, stops at once); a second one stops the replica at once (forced), cancels
+    everything, marks the exit forced and arms the exit deadline."""
     fake = FakeServing()
-    shutdown = cli._Shutdown()
+    shutdown = cli.Shutdown()
+    armed: list[bool] = []
     with trio.CancelScope() as scope:
-        await cli._watch_signals(
+        await cli.watch_signals(
             _signals(*signums),
             shutdown,
             lambda: fake if started else None,  # type: ignore[arg-type,return-value]
             scope,
+            on_force=lambda: armed.append(True),
         )
     assert fake.shutdowns == shutdowns
+    assert fake.forced == (1 if forced else 0)
     assert scope.cancel_called is cancelled
     assert shutdown.forced is forced
+    assert armed == ([True] if forced else [])
     assert shutdown.signals == len(signums)
