@@ -292,11 +292,11 @@ async def test_the_upstream_example_starts_trio_ccm(tmp_path: Path) -> None:
 
                 await poll_until(done)
                 nodes = (await bed.kube.list(NODES, type=Node)).items
-                cluster = ipaddress.ip_network("172.17.0.0/16")
+                cluster = ipaddress.IPv4Network("172.17.0.0/16")
                 for node in nodes:
                     assert node.spec.pod_cidrs, node.metadata.name
                     assert all(
-                        ipaddress.ip_network(c).subnet_of(cluster) for c in node.spec.pod_cidrs
+                        ipaddress.IPv4Network(c).subnet_of(cluster) for c in node.spec.pod_cidrs
                     )
                 spec = await lease_spec(bed.kube)
                 assert spec is not None
@@ -625,7 +625,7 @@ class Swap:
 
     async def start_trio_ccm(self, **changes: Any) -> Serving:
         """A trio-ccm replica: every controller, leader election with the defaults."""
-        self.provider = SimProvider(
+        provider = self.provider = SimProvider(
             url="http://sim", replica="trio-ccm", transport=self.cloud.transport()
         )
         settings = Settings(
@@ -634,7 +634,7 @@ class Swap:
         serving: Serving = await self.nursery.start(
             lambda task_status: serve(
                 settings,
-                self.provider,
+                provider,
                 connection=config_for(self.api),
                 transport=self.transport,
                 registry=self.registry,

@@ -21,7 +21,7 @@ import pytest
 import trio
 import yaml
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import NormalizedName, canonicalize_name
 
 from trio_ccm.cloud.registry import available_providers, load_provider
 from trio_ccm.flags import parse_flags
@@ -493,7 +493,7 @@ def test_dockerfile_installs_locked_runtime_dependencies_only() -> None:
 LOCK = (DEPLOY / "requirements.lock").read_text()
 
 
-def locked() -> dict[str, tuple[str, list[str]]]:
+def locked() -> dict[NormalizedName, tuple[str, list[str]]]:
     """name -> (version, hashes) of each requirement in the lock."""
     entries = {}
     for block in re.sub(r"\\\n", " ", LOCK).splitlines():

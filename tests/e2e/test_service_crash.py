@@ -46,7 +46,8 @@ CONVERGE_S = 15.0  # a passing run converges within 3 s
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 LB_WRITES = frozenset({"PutLoadBalancer", "SetLoadBalancerBackends", "DeleteLoadBalancer"})
 # Every load-balancer call takes 0.2-0.3 s in the cloud: at any kill, some are in flight.
-LATENCY = {"method": "loadbalancers", "fixedSeconds": 0.2, "jitterSeconds": 0.1}
+LATENCY_S = 0.2
+LATENCY = {"method": "loadbalancers", "fixedSeconds": LATENCY_S, "jitterSeconds": 0.1}
 PORTS = [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]
 UPDATED_PORTS = [
     {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": 8080},
@@ -250,7 +251,7 @@ async def test_kill_9_during_create_update_delete_leaks_nothing(tmp_path: Path) 
 
     async def update() -> None:
         for name in changed:
-            patch = {
+            patch: dict[str, Any] = {
                 "metadata": {"annotations": {"crash-test/changed": "yes"}},
                 "spec": {"ports": UPDATED_PORTS},
             }
@@ -305,7 +306,7 @@ async def test_kill_9_during_create_update_delete_leaks_nothing(tmp_path: Path) 
     in_flight = 0
     for replica, killed_at in crashes.killed.items():
         arrived = [c["wall"] for c in calls if c["replica"] == replica]
-        in_flight += sum(a > killed_at - LATENCY["fixedSeconds"] for a in arrived)
+        in_flight += sum(a > killed_at - LATENCY_S for a in arrived)
     print(
         f"{len(crashes.killed)} SIGKILLs with {in_flight} load-balancer calls in flight; "
         f"converged in {crashes.converge_s} s"

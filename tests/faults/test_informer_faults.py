@@ -162,18 +162,26 @@ class Writer:
 
 
 class _ResettableBody(httpx.AsyncByteStream):
+    """The inner body, cut off with a reset once the transport's generation moves on (a
+    plain iterator, so a body closed early leaves no async generator to the GC)."""
+
     def __init__(self, inner: httpx.AsyncByteStream, transport: ResettingTransport) -> None:
         self.inner = inner
+        self.chunks = aiter(inner)
         self.transport = transport
         self.generation = transport.generation
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self.inner:
-            if self.transport.generation != self.generation:
-                break
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        reset = httpx.ReadError("[Errno 104] Connection reset by peer (test)")
         if self.transport.generation != self.generation:
-            raise httpx.ReadError("[Errno 104] Connection reset by peer (test)")
+            raise reset
+        chunk = await anext(self.chunks)
+        if self.transport.generation != self.generation:
+            raise reset
+        return chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()

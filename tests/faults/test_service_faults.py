@@ -361,13 +361,14 @@ async def test_a_failed_status_clear_is_retried_not_left_stale(
     ClusterIP (after its load balancer and finalizer are gone), the write is retried: the
     Service does not keep advertising an address the cloud may give to another."""
     async with open_world() as base:
-        world = dataclasses.replace(base, transport=_FailingTransport(base.api))
+        failing = _FailingTransport(base.api)
+        world = dataclasses.replace(base, transport=failing)
         register_nodes(world)
         world.api.create(lb_service("web"))
         async with running(world, SERVICE_LB):
             with trio.fail_after(10):
                 await wait_converged(world, ["web"], NODES)
-            world.transport.fail_once(_clears_status)
+            failing.fail_once(_clears_status)
             response = await world.http.patch(
                 "/api/v1/namespaces/default/services/web",
                 json={"spec": {"type": "ClusterIP"}},
@@ -375,7 +376,7 @@ async def test_a_failed_status_clear_is_retried_not_left_stale(
             )
             response.raise_for_status()
             await trio.sleep(RETRY_CAP_S)
-        assert world.transport.failed == ["PATCH /api/v1/namespaces/default/services/web/status"]
+        assert failing.failed == ["PATCH /api/v1/namespaces/default/services/web/status"]
         assert world.cloud.load_balancers() == []
         web = world.service("web")
         assert web["metadata"].get("finalizers", []) == []

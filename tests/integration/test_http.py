@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import ssl
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,7 @@ def make_endpoints(
     )
 
 
-async def start(nursery: trio.Nursery, endpoints: Endpoints, **kwargs: object) -> int:
+async def start(nursery: trio.Nursery, endpoints: Endpoints, **kwargs: Any) -> int:
     return await nursery.start(
         partial(serve_http, endpoints, bind_address="127.0.0.1", port=0, **kwargs)
     )

@@ -149,7 +149,9 @@ def count_tasks() -> int:
     def walk(task: trio.lowlevel.Task) -> int:
         return 1 + sum(walk(t) for n in task.child_nurseries for t in n.child_tasks)
 
-    return walk(trio.lowlevel.current_root_task())
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return walk(root)
 
 
 async def test_serve_in_a_host_nursery_leaves_nothing_behind(

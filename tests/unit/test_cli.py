@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
@@ -422,7 +423,7 @@ class FakeServing:
             self.shutdowns += 1
 
 
-async def _signals(*signums: int) -> AsyncIterator[int]:
+async def _signals(*signums: int) -> AsyncGenerator[int, None]:
     for signum in signums:
         yield signum
         await trio.lowlevel.checkpoint()
@@ -446,13 +447,14 @@ async def test_first_signal_drains_and_second_cancels_at_once(
     shutdown = cli.Shutdown()
     armed: list[bool] = []
     with trio.CancelScope() as scope:
-        await cli.watch_signals(
-            _signals(*signums),
-            shutdown,
-            lambda: fake if started else None,  # type: ignore[arg-type,return-value]
-            scope,
-            on_force=lambda: armed.append(True),
-        )
+        async with aclosing(_signals(*signums)) as signals:
+            await cli.watch_signals(
+                signals,
+                shutdown,
+                lambda: fake if started else None,  # type: ignore[arg-type,return-value]
+                scope,
+                on_force=lambda: armed.append(True),
+            )
     assert fake.shutdowns == shutdowns
     assert fake.forced == (1 if forced else 0)
     assert scope.cancel_called is cancelled

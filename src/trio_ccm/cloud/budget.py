@@ -516,10 +516,6 @@ class _BudgetedRoutes:
     def enable_node_addresses(self) -> bool:
         return self._inner.enable_node_addresses
 
-    @enable_node_addresses.setter
-    def enable_node_addresses(self, value: bool) -> None:
-        self._inner.enable_node_addresses = value
-
     async def list_routes(self, cluster: str) -> Sequence[Route]:
         return await self._budget.call("list_routes", self._inner.list_routes, cluster)
 

@@ -267,7 +267,10 @@ class LoadBalancers(Protocol):
 
 @runtime_checkable
 class Routes(Protocol):
-    enable_node_addresses: bool
+    @property
+    def enable_node_addresses(self) -> bool:
+        """Whether routes carry their target's addresses (`Route.target_node_addresses`)."""
+        ...
 
     async def list_routes(self, cluster: str) -> Sequence[Route]: ...
 
@@ -282,12 +285,24 @@ class Routes(Protocol):
 
 @runtime_checkable
 class CloudProvider(Protocol):
-    """A cloud: its provider-ID scheme, its start-up hook and its capabilities."""
+    """A cloud: its provider-ID scheme, its start-up hook and its capabilities.
 
-    name: str
-    instances: Instances | None
-    load_balancers: LoadBalancers | None
-    routes: Routes | None
+    The members are read-only, so a provider may hold them as plain attributes
+    (`self.instances = MyInstances()`, `routes = None`) or as properties, and still
+    type-check as a CloudProvider.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def instances(self) -> Instances | None: ...
+
+    @property
+    def load_balancers(self) -> LoadBalancers | None: ...
+
+    @property
+    def routes(self) -> Routes | None: ...
 
     async def initialize(self) -> None:
         """Called each time this replica becomes leader, before the controllers start."""

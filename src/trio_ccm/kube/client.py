@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import re
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httpx
@@ -458,7 +458,7 @@ class KubeClient:
         timeout_s: int | None = None,
         label_selector: str = "",
         field_selector: str = "",
-    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+    ) -> AsyncIterator[AsyncGenerator[WatchEvent, None]]:
         """Open a watch (with bookmarks); iterate its events; leaving the block closes it.
 
         An ERROR event is raised as its exception (GoneError for 410: relist).
@@ -472,40 +472,46 @@ class KubeClient:
             params["fieldSelector"] = field_selector
         path = resource.path(namespace)
         response = await self.request("GET", path, params=params, stream=True)
+        events = self._events(response, path)
         try:
-            yield self._events(response, path)
+            yield events
         finally:
+            await events.aclose()  # async generators are closed, never left to the GC
             await response.aclose()
 
-    async def _events(self, response: httpx.Response, path: str) -> AsyncIterator[WatchEvent]:
+    async def _events(
+        self, response: httpx.Response, path: str
+    ) -> AsyncGenerator[WatchEvent, None]:
         decoder = self._decoder(WatchEvent)
         pending = b""
-        chunks = aiter(response.aiter_bytes())
-        while True:
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                return
-            except httpx.TransportError as exc:
-                # A reset or truncated stream mid-watch: a connection error like any other.
-                raise KubeConnectionError(
-                    f"WATCH {path}: {explain_connection_error(self.config, exc)}"
-                ) from exc
-            pending += chunk
-            if b"\n" not in chunk:
-                continue
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
+        # httpx's byte iterator is an async generator: closed here, never left to the GC.
+        stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        async with contextlib.aclosing(stream) as chunks:
+            while True:
                 try:
-                    event: WatchEvent = decoder.decode(line)
-                except msgspec.DecodeError as exc:
-                    raise KubeError(f"WATCH {path}: malformed watch event: {exc}") from exc
-                if event.type == "ERROR":
-                    status = _status_decoder.decode(event.object)
-                    raise error_from_status(status, method="WATCH", path=path)
-                yield event
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except httpx.TransportError as exc:
+                    # A reset or truncated stream mid-watch: a connection error like any other.
+                    raise KubeConnectionError(
+                        f"WATCH {path}: {explain_connection_error(self.config, exc)}"
+                    ) from exc
+                pending += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        event: WatchEvent = decoder.decode(line)
+                    except msgspec.DecodeError as exc:
+                        raise KubeError(f"WATCH {path}: malformed watch event: {exc}") from exc
+                    if event.type == "ERROR":
+                        status = _status_decoder.decode(event.object)
+                        raise error_from_status(status, method="WATCH", path=path)
+                    yield event
 
     async def _write(
         self,

@@ -1097,7 +1097,7 @@ async def test_initial_events_end_bookmark_precedes_later_writes(
         events: list[dict[str, Any]] = []
         async with (
             client.stream("GET", NODES, params=params) as response,
-            aclosing(response.aiter_lines()) as lines,
+            aclosing(response.aiter_lines()) as lines,  # type: ignore[type-var]
         ):
             events.append(json.loads(await anext(lines)))
             # The first chunk is read; write before the bookmark goes out.
@@ -1271,7 +1271,7 @@ async def test_closing_the_response_unregisters_the_watcher(
         async with client.stream("GET", NODES, params=params) as response:
             assert server.store.watcher_count() == base + 1
             if read_first:
-                async with aclosing(response.aiter_lines()) as lines:
+                async with aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]
                     assert json.loads(await anext(lines))["type"] == "ADDED"
         assert server.store.watcher_count() == base
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ from trio_ccm.metrics import ClientMetrics
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 
 
-def _node(name: str, **labels: str) -> dict[str, object]:
+def _node(name: str, **labels: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
 
 

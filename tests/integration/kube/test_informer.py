@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -18,7 +19,7 @@ from trio_ccm.mailbox import Mailbox
 from trio_ccm.testing.apiserver import ApiServer
 
 
-def _node(name: str) -> dict[str, object]:
+def _node(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
 
 

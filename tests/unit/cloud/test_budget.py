@@ -749,9 +749,9 @@ async def test_unbudgeted_members_pass_through(autojump_clock: trio.testing.Mock
     routes = provider.routes
     assert routes is not None
     assert routes.enable_node_addresses is True
-    routes.enable_node_addresses = False
-    assert inner.routes is not None
-    assert inner.routes.enable_node_addresses is False
+    assert isinstance(inner.routes, FakeRoutes)
+    inner.routes.enable_node_addresses = False
+    assert routes.enable_node_addresses is False  # read through, never copied
     assert trio.current_time() == 0.0
     assert {name: s.tokens for name, s in budget.statistics().items()} == {
         "instances": 30.0,

@@ -17,9 +17,10 @@ import ssl
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -83,9 +84,9 @@ def b64(data: bytes) -> str:
 
 def kubeconfig(
     *,
-    clusters: dict[str, dict[str, object]] | None = None,
-    users: dict[str, dict[str, object]] | None = None,
-    contexts: dict[str, dict[str, object]] | None = None,
+    clusters: Mapping[str, Mapping[str, object]] | None = None,
+    users: Mapping[str, Mapping[str, object]] | None = None,
+    contexts: Mapping[str, Mapping[str, object]] | None = None,
     current: str | None = None,
 ) -> dict[str, object]:
     doc: dict[str, object] = {
@@ -101,7 +102,7 @@ def kubeconfig(
 
 
 def single(
-    cluster: dict[str, object], user: dict[str, object], **context: object
+    cluster: Mapping[str, object], user: Mapping[str, object], **context: object
 ) -> dict[str, object]:
     """One cluster 'c', one user 'u', one current context 'ctx'."""
     return kubeconfig(
@@ -122,7 +123,7 @@ def write(path: Path, content: dict[str, object] | bytes | str) -> Path:
     return path
 
 
-def plugin_exec(*args: str, api_version: str = V1, **extra: object) -> dict[str, object]:
+def plugin_exec(*args: str, api_version: str = V1, **extra: Any) -> dict[str, object]:
     """A kubeconfig `exec` stanza running tests/unit/kube/exec_plugin.py."""
     stanza: dict[str, object] = {
         "apiVersion": api_version,
@@ -783,7 +784,7 @@ async def test_exec_returns_client_certificate(tmp_path: Path, pki: Pki) -> None
     ],
 )
 async def test_exec_info_and_environment(
-    extra: dict[str, object],
+    extra: dict[str, Any],
     cluster: dict[str, object],
     expected_cluster: dict[str, object] | None,
     tmp_path: Path,
@@ -937,7 +938,9 @@ async def test_ssl_context_against_emulator(
         context = config.ssl_context(identity)
         headers = {"Authorization": f"Bearer {identity.token}"}
         with trio.fail_after(30):
-            async with httpx.AsyncClient(verify=context, base_url=config.server) as client:
+            async with httpx.AsyncClient(
+                verify=context if context is not None else True, base_url=config.server
+            ) as client:
                 if works:
                     response = await client.get("/api/v1/namespaces", headers=headers)
                     assert response.status_code == 200

@@ -61,7 +61,7 @@ UNINIT = {
             Patch(
                 JSON_PATCH,
                 [
-                    {"op": "test", "path": "/spec/taints", "value": [UNINIT]},
+                    {"op": "test", "path": "/spec/taints", "value": [dict(UNINIT)]},
                     {"op": "replace", "path": "/spec/taints", "value": []},
                 ],
             ),

@@ -19,14 +19,19 @@ if TYPE_CHECKING:
 
 
 class _Body(httpx.AsyncByteStream):
+    """A streamed body. Its iterator is a plain object, not an async generator, so a
+    response closed early leaves nothing for the GC to finalize."""
+
     def __init__(self, chunks: AsyncIterator[bytes], cleanup: Callable[[], None] | None) -> None:
         self._chunks = chunks
         self._cleanup = cleanup
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for chunk in self._chunks:
-                yield chunk
+            return await anext(self._chunks)
         except StreamAborted as exc:
             raise httpx.ReadError(f"connection reset by peer (emulated: {exc})") from exc
 
