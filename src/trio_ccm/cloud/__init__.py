@@ -20,6 +20,7 @@ from trio_ccm.cloud.provider import (
     ServiceInfo,
     ServicePort,
     ThrottledError,
+    default_load_balancer_name,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "ServiceInfo",
     "ServicePort",
     "ThrottledError",
+    "default_load_balancer_name",
 ]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from trio_ccm.errors import CcmError, RetryAfter
 
@@ -53,6 +53,7 @@ __all__ = [
     "ServiceInfo",
     "ServicePort",
     "ThrottledError",
+    "default_load_balancer_name",
 ]
 
 ADDRESS_TYPES = ("Hostname", "InternalIP", "ExternalIP", "InternalDNS", "ExternalDNS")
@@ -307,6 +308,16 @@ class CloudProvider(Protocol):
     async def initialize(self) -> None:
         """Called each time this replica becomes leader, before the controllers start."""
         ...
+
+
+MAX_LOAD_BALANCER_NAME: Final = 32
+
+
+def default_load_balancer_name(service: ServiceInfo) -> str:
+    """Upstream's `cloudprovider.DefaultLoadBalancerName`: "a" + the Service's UID without
+    dashes, at most 32 characters (a leading letter for GCE, 32 bytes for AWS). Providers
+    that name load balancers this way adopt the ones the Go CCM made."""
+    return ("a" + service.uid.replace("-", ""))[:MAX_LOAD_BALANCER_NAME]
 
 
 def bulk_instances(instances: Instances) -> BulkInstances | None:

@@ -1,4 +1,64 @@
-"""Public test tooling: the Kubernetes API emulator (and, later, the simulated cloud).
+"""Public test tooling. Runtime modules never import this package (import-linter holds it).
 
-Runtime modules never import this package.
+- `ApiServer` (`trio_ccm.testing.apiserver`): the Kubernetes API emulator, in-process
+  (`api.transport()`, MockClock-safe) or served over HTTP(S) for kubectl.
+- `SimCloud` (`trio_ccm.testing.cloud`): the simulated cloud behind the `sim` provider.
+- `run_ccm`, `register_node`, `RecordingTransport`, `virtual_now`, `wait_for`
+  (`trio_ccm.testing.harness`): the whole CCM in-process against the emulator.
+- `make_node`, `make_service`, `make_lease`, `lb_name` (`trio_ccm.testing.factories`):
+  objects as their owners write them.
+
+Names are imported on first use, so `import trio_ccm.testing` stays cheap.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trio_ccm.testing.apiserver import ApiServer
+    from trio_ccm.testing.cloud import SimCloud
+    from trio_ccm.testing.factories import lb_name, make_lease, make_node, make_service
+    from trio_ccm.testing.harness import (
+        RecordingTransport,
+        register_node,
+        run_ccm,
+        virtual_now,
+        wait_for,
+    )
+
+__all__ = [
+    "ApiServer",
+    "RecordingTransport",
+    "SimCloud",
+    "lb_name",
+    "make_lease",
+    "make_node",
+    "make_service",
+    "register_node",
+    "run_ccm",
+    "virtual_now",
+    "wait_for",
+]
+
+_LAZY = {
+    "ApiServer": "trio_ccm.testing.apiserver",
+    "SimCloud": "trio_ccm.testing.cloud",
+    "lb_name": "trio_ccm.testing.factories",
+    "make_lease": "trio_ccm.testing.factories",
+    "make_node": "trio_ccm.testing.factories",
+    "make_service": "trio_ccm.testing.factories",
+    "RecordingTransport": "trio_ccm.testing.harness",
+    "register_node": "trio_ccm.testing.harness",
+    "run_ccm": "trio_ccm.testing.harness",
+    "virtual_now": "trio_ccm.testing.harness",
+    "wait_for": "trio_ccm.testing.harness",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trio_ccm.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -9,10 +9,11 @@ Provider IDs are `sim://<zone>/<instance-id>`; load balancers are named as upstr
 DefaultLoadBalancerName; routes are named `<cluster>-<node uid>`.
 """
 
+from trio_ccm.cloud.provider import default_load_balancer_name
 from trio_ccm.cloud.sim.config import from_config
 from trio_ccm.cloud.sim.errors import SimCloudError
 from trio_ccm.cloud.sim.instances import SimInstances, provider_id
-from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers, default_load_balancer_name
+from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers
 from trio_ccm.cloud.sim.provider import SimProvider
 from trio_ccm.cloud.sim.routes import SimRoutes
 

@@ -9,11 +9,11 @@ from trio_ccm.cloud.provider import (
     LoadBalancerStatus,
     NodeInfo,
     ServiceInfo,
+    default_load_balancer_name,
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
 from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
 
-MAX_NAME_LENGTH = 32
 # Upstream's v1.AnnotationLoadBalancerSourceRangesKey (providers sit beside the kube layer,
 # so the name is repeated here rather than imported from trio_ccm.kube.wellknown).
 ANNOTATION_LB_SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
@@ -29,11 +29,6 @@ def source_ranges(service: ServiceInfo) -> list[str]:
     if annotated:
         return [r.strip() for r in annotated.split(",")]
     return ["0.0.0.0/0"]
-
-
-def default_load_balancer_name(service: ServiceInfo) -> str:
-    """Upstream's DefaultLoadBalancerName: "a" + the UID without dashes, at most 32 chars."""
-    return ("a" + service.uid.replace("-", ""))[:MAX_NAME_LENGTH]
 
 
 def _status(lb: LoadBalancerWire) -> LoadBalancerStatus:
