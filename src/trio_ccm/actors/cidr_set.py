@@ -1,7 +1,7 @@
 """A cluster CIDR cut into equal Node pod CIDRs: hand out the next free one, occupy or
 release given ones. Pure bookkeeping, no I/O (kube-controller-manager's `cidrset.CidrSet`).
 
-Upstream's behaviour, kept:
+Contract:
 - one mark per Node-sized block of the cluster CIDR; a set holds at most 2**16 blocks
   (`--node-cidr-mask-size` at most 16 more than the cluster prefix);
 - `allocate_next` hands blocks out round robin, starting after the last one handed out, so
@@ -9,13 +9,10 @@ Upstream's behaviour, kept:
   may still be draining);
 - `occupy` accepts any CIDR that overlaps the cluster CIDR: a smaller one marks the block
   that contains it, a larger one every block it covers; occupying twice is harmless;
-- `release` clears the blocks a CIDR covers.
+- `release` clears the blocks a CIDR covers, except blocks `reserve` marked for good (the
+  Service range).
 
-Improvements:
-- `reserve` marks blocks for good (the Service range): `release` never frees them, so a
-  Node whose pod CIDR overlaps the Service range cannot hand Service addresses to pods by
-  being deleted.
-- The search for a free block is one `bytearray.find` in C (upstream tests bit by bit).
+How it compares with upstream's `cidrset`: docs/controllers.md (node-ipam-controller).
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """cloud-node-controller: initialise Nodes from the cloud, then keep their addresses current.
 
-Upstream (`controllers/node/node_controller.go`) with these improvements:
+Contract:
+- A Node carrying `node.cloudprovider.kubernetes.io/uninitialized` gets, from the cloud's
+  instance metadata, its provider ID (only if it has none), addresses, instance-type,
+  zone and region labels (GA and beta names) and additional labels, and only then loses
+  the taint: two writes (status, then one JSON patch guarded by the taints seen), so the
+  taint goes last and a taint someone else added meanwhile is never lost. Event `Synced`.
+- No metadata, no provider ID on either side, or an invalid provided-node-ip leaves the
+  Node tainted and retried with backoff (`KeyedActors`), never half-initialised.
+- Initialised Nodes: the legacy labels are reconciled (the beta one is the truth), and every
+  `--node-status-update-frequency` (sliding) their addresses are synced, in bulk lookups
+  when the provider offers them; one Node's failure never fails the others.
+- Kube writes are capped by `--concurrent-node-syncs`; lookups are batched
+  (`cloud/batching.py`) and paced by the cloud budget.
 
-- **Concurrent initialisation** (`--concurrent-node-syncs`, 10 by default; upstream 1), one
-  actor per Node, and concurrent lookups coalesced into bulk `instances_metadata` calls
-  when the provider offers them (`cloud/batching.py`).
-- **Two writes per Node**: its addresses (status) first, then one JSON patch with the
-  provider ID, the labels and the removal of the uninitialized taint, guarded by the taints
-  seen. So the taint goes only after everything else is written, and a taint added by
-  someone else meanwhile is never lost (the patch fails, and is retried on the new Node).
-- **No metadata is retried**: a provider that says nothing (None) leaves the Node tainted
-  and retried with backoff, instead of waiting for some later update of the Node.
-- **The periodic address sync** (`--node-status-update-frequency`) asks for all Nodes in
-  bulk calls (one per `--cloud-batch-size` Nodes) when the provider can, instead of one call
-  per Node, and compares address lists in order (see `node_addresses.py`).
-
-Upstream behaviour kept: provider ID only when the Node has none (and an error when neither
-has one); instance-type/zone/region labels under both the GA and the beta names;
-additional labels minus Kubernetes-namespaced keys and keys the Node already has; legacy
-label reconciliation (the beta label is the source of truth) on initialised Nodes; the
-provided-node-ip rules; Event `Synced`; metrics
-`node_controller_cloud_provider_taint_removal_delay_seconds` and
-`node_controller_initial_node_sync_delay_seconds`.
+Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
 
 from __future__ import annotations

@@ -1,44 +1,20 @@
 """node-ipam-controller: give every Node pod CIDRs (`spec.podCIDR`, `spec.podCIDRs`) carved
 out of `--cluster-cidr`, as kube-controller-manager's RangeAllocator does.
 
-Upstream (`pkg/controller/nodeipam/ipam/range_allocator.go`, run by the example CCM binary
-as `nodeipam` with `--allocate-node-cidrs`), kept:
-- one CIDR set per cluster CIDR (dual stack: one IPv4, one IPv6), Node prefixes from
-  `--node-cidr-mask-size[-ipv4|-ipv6]`; the parts of `--service-cluster-ip-range` inside a
-  cluster CIDR are never handed out;
-- at start, the pod CIDRs every Node already has are marked used (from a fresh list of the
-  Nodes, as upstream lists them when it starts);
-- a Node without pod CIDRs gets one per cluster CIDR, chosen and marked before any write
-  (so two Nodes never get the same one), then written with one patch, 3 attempts; writes
-  run concurrently, at most 30 at once (upstream's update workers);
-- range exhausted: Event `CIDRNotAvailable` ("Node N status is now: CIDRNotAvailable");
-  write failed: the CIDRs are released, Event `CIDRAssignmentFailed` (same wording);
-- a Node that already has pod CIDRs is only marked (podCIDRs are immutable); a deleted
-  Node's CIDRs are released. Event source component `cidrAllocator`; metrics
-  `node_ipam_controller_cidrset_*` per cluster CIDR.
+Contract:
+- One CIDR set per cluster CIDR (dual stack: one per family), Node prefixes from
+  `--node-cidr-mask-size[-ipv4|-ipv6]`; `--service-cluster-ip-range` is never handed out.
+- **No CIDR is given twice**: every Node's existing CIDRs are marked from a fresh list
+  before anything is allocated; a CIDR is chosen and marked before any write (no await in
+  between); the write is a JSON patch whose tests hold only while the Node has no pod CIDRs
+  and the UID it was chosen for.
+- A failed write is settled by reading the Node back: its CIDRs are released only if it
+  really has none. A deleted Node's CIDRs are released; a Node left without CIDRs (range
+  exhausted, write failed) is retried with backoff. Events `CIDRNotAvailable`,
+  `CIDRAssignmentFailed`.
+- What each Node holds is one `_Claim` per Node name, dropped by `_Allocator.forget`.
 
-Improvements:
-- **Retries.** Upstream tries a Node again only when the Node changes; here a Node left
-  without CIDRs (range exhausted, write failed) is retried with backoff, so a CIDR freed
-  by a deleted Node is used without waiting for an unrelated Node update.
-- **Guarded write.** A JSON patch whose `test`s hold only while the Node has no pod CIDRs
-  and still has the uid we chose for: a concurrent assignment or a Node re-registered
-  under the same name makes it fail (422) instead of merging two lists. After a failed
-  write the Node is read back, and the CIDRs are released only if it really has none
-  (upstream releases them whatever happened, except on a server timeout where it leaks
-  them until a restart); when the outcome cannot be known they stay reserved for that Node
-  and the same CIDRs are written again (the guard makes that safe).
-- **Bookkeeping per Node name and uid**: what was chosen or seen for each Node. A stale
-  cache entry (before our write's echo) never causes a second allocation, a delete and
-  re-register folded into one cache update releases the old Node's CIDRs, and a deletion
-  releases only what that Node held: a CIDR two Nodes claim (someone else's mistake,
-  logged) stays used until both are gone.
-- The Service range is reserved for good: deleting a Node whose pod CIDR overlaps it
-  never frees Service addresses (upstream marks them like any Node's CIDR).
-- Pod CIDRs are matched to cluster CIDRs by IP family, not by position; a pod CIDR outside
-  every cluster CIDR is logged with the fix, and never stops the controller (upstream's
-  start fails).
-- Log lines name the Node and the fix (the Events stay Normal, as upstream records them).
+Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """cloud-node-lifecycle-controller: delete Nodes whose instance is gone, taint shut-down ones.
 
-Upstream (`controllers/nodelifecycle`): every `--node-monitor-period` (5 s, sliding), for each
-Node: Ready=True → remove the shutdown taint if present (no cloud call); otherwise ask the
-cloud whether the instance exists (no → Event `DeletingNode` and delete the Node) and, if
-it does, whether it is shut down (yes → taint `node.cloudprovider.kubernetes.io/shutdown:
-NoSchedule`). An error from the cloud skips the Node this round: an error never deletes.
+Contract, one pass every `--node-monitor-period` (sliding):
+- A Ready Node loses the shutdown taint if it has it (no cloud call).
+- Any other Node is asked about: gone → Event `DeletingNode` and a delete with a UID
+  precondition (a Node re-registered under the same name is never deleted); shut down →
+  the taint `node.cloudprovider.kubernetes.io/shutdown:NoSchedule`.
+- **An error never deletes a Node**: a provider error skips the Node this pass, and a Node
+  missing from a bulk listing is confirmed with `instance_exists` before it is deleted.
+  A failed bulk listing fails the pass; the next one runs on schedule.
 
-Improvements:
-- **One bulk listing per period** (per `--cloud-batch-size` NotReady Nodes) when the provider
-  offers `instances_metadata`, instead of one or two calls per NotReady Node every 5 s.
-- **Deletion is confirmed**: a Node missing from a bulk answer is asked about once more with
-  `instance_exists` before it is deleted, so an eventually-consistent listing cannot delete
-  a Node whose instance exists.
-- **Deletion has a UID precondition**, so a Node re-registered under the same name since the
-  check is never deleted.
-- Without a bulk call, NotReady Nodes are checked concurrently (`--concurrent-node-syncs`)
-  rather than one after another.
+Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
 
 from __future__ import annotations

@@ -1,45 +1,18 @@
 """node-route-controller: a cloud route for every pod CIDR of every Node, and the Node
 condition `NetworkUnavailable` that says whether its routes exist.
 
-Upstream (`controllers/route/route_controller.go`) kept: one pass = `ListRoutes(cluster)`
-once, compared with the cached Nodes. Every pod CIDR of a Node (dual stack: each of them)
-wants a route to that Node: present → keep; absent → create it (`CreateRoute`, name hint =
-the Node's UID, with the Node's addresses); present but pointing at old addresses (only
-when the provider sets `enable_node_addresses`; compared order-insensitively) → delete it
-and create it again. Only routes whose CIDR lies inside a `--cluster-cidr` (its first or
-last address; unparsable CIDRs ignored) are ever deleted, and of those the blackholes and
-the ones no Node wants (unknown Node, CIDR no longer on the Node, addresses changed).
-Deletes and creates run concurrently under one limit of 200 cloud operations; a failed
-delete is only logged, a failed create records the Warning Event `FailedToCreateRoute` on
-the Node ("Could not create route <hint> <cidr> for node <node> after <elapsed>: <error>").
-Then every Node that has routes or pod CIDRs gets `NetworkUnavailable`: False /
-`RouteCreated` when all its routes exist, else True / `NoRouteCreated` (also for a Node with
-routes but no pod CIDRs), written only when the status or reason changes, by a strategic
-merge patch of `nodes/status`. Only a failed `ListRoutes` fails a pass. Metric
-`route_controller_route_sync_total` counts passes.
+Contract, one pass at a time (`plan` is pure: state in, actions out; the pass carries them
+out):
+- One `list_routes` per pass; a failed listing fails the pass. Every pod CIDR of a Node
+  wants a route to it: kept, created, or (address-aware providers) replaced.
+- **Only routes inside `--cluster-cidr` are ever deleted** (blackholes, and routes no Node
+  wants); a create waits for the deletes it could collide with; at most 200 cloud
+  operations at once. A failed create is an Event `FailedToCreateRoute`.
+- `NetworkUnavailable` (RouteCreated / NoRouteCreated) is written only when it changes.
+- Passes run at start, every `--route-reconciliation-period` (non-sliding), and soon after
+  a relevant Node change (at most one per second); they never overlap.
 
-Improvements:
-- **Passes follow Node changes** as well as the period (upstream polls every 10 s, so a new
-  Node waits up to 10 s for its route). The policy:
-  - a pass runs at start, and then `--route-reconciliation-period` after the start of the
-    previous pass (non-sliding, as upstream; a pass that took longer is followed at once);
-  - a relevant Node change (Node added or deleted, `spec.podCIDRs` or `status.addresses`
-    changed; heartbeats and other status writes are not) makes the next pass due at once,
-    but never sooner than 1 s after the start of the previous pass;
-  - passes never overlap: changes seen during a pass cause exactly one more pass after it.
-  So a wave of 5,000 Node changes costs about one pass per second while it lasts (and one
-  per pass duration when passes are slower), not 5,000.
-- **A create waits only for the deletes it could collide with** (for every provider, not
-  just address-aware ones): those of routes to the same destination or to the same Node.
-  So a changed route is deleted before it is re-created and a CIDR that moved to another
-  Node is freed before it is claimed, while unrelated creates do not wait for a slow
-  delete (upstream waits for all deletes, and only for address-aware providers).
-- **A blackhole route a Node still wants is replaced in the same pass** (deleted, then
-  created), and the condition then says whether that worked; upstream deletes it, reports
-  the Node's network as available, and re-creates the route only in the next pass.
-- **CIDRs are compared as networks** (`fd00::0/64` is `fd00::/64`), not as strings.
-- The condition write reads the newest cached Node (not the pass's snapshot), and a Node
-  deleted meanwhile is skipped.
+Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
 
 from __future__ import annotations

@@ -1,56 +1,24 @@
 """service-lb-controller: a cloud load balancer for every Service of type LoadBalancer.
 
-Upstream (`controllers/service/controller.go`), kept:
-
-- **Which Services**: `spec.type: LoadBalancer` without `spec.loadBalancerClass`. A Service
-  that no longer wants one (type changed, class set) or is being deleted, and still carries
-  the finalizer `service.kubernetes.io/load-balancer-cleanup`, has its load balancer deleted
-  (`get_load_balancer`, then `ensure_load_balancer_deleted` if it exists) and then the
-  finalizer removed and the status cleared.
+Contract:
+- **Which Services**: `spec.type: LoadBalancer` without `spec.loadBalancerClass`. One that
+  no longer wants a load balancer (or is being deleted) and still carries the finalizer
+  `service.kubernetes.io/load-balancer-cleanup` has its load balancer deleted, then its
+  status cleared, then the finalizer removed.
 - **The finalizer is added before any cloud call** that could create something, so a load
   balancer never exists without a finalizer that makes sure it is deleted.
-- **Ensure**: the Nodes passing the predicates (not being deleted, no
-  `node.kubernetes.io/exclude-from-external-load-balancers` label unless it parses as
-  false, no `ToBeDeletedByClusterAutoscaler` taint; readiness is not one) go to
-  `ensure_load_balancer`; the returned ingress is written to `status.loadBalancer` only when
-  it differs (ip, hostname, ipMode, ports); `ImplementedElsewhere` is success without a
-  status write; a provider's `RetryAfter(d)` is retried after exactly d, other errors with
-  per-Service exponential backoff 5 s -> 300 s.
-- **Writes** go to the `services/status` subresource (finalizers included, as upstream), so
-  the controller needs no `services` patch permission. Finalizer changes are JSON patches
-  guarded by the finalizers seen.
-- **Events** (component `service-controller`): `EnsuringLoadBalancer`,
-  `EnsuredLoadBalancer`, `DeletingLoadBalancer`, `DeletedLoadBalancer`,
-  `UpdatedLoadBalancer`; Warnings `SyncLoadBalancerFailed`, `DeleteLoadBalancerFailed`,
-  `UpdateLoadBalancerFailed`, `UnAvailableLoadBalancer`.
-- **A Service recreated under the same name** (new UID) has the old load balancer deleted
-  first; a Service deleted without the finalizer (created before it existed) has its load
-  balancer deleted if this replica knew it.
-- Metrics `service_controller_loadbalancer_sync_total`, `..._nodesync_error_total`,
-  `..._nodesync_latency_seconds`, `..._update_loadbalancer_host_latency_seconds`.
+- **Writes** go to `services/status` (finalizers too, as upstream): JSON patches guarded by
+  the finalizers seen; the status only when the ingress changes.
+- **Backends** are the Nodes passing upstream's predicates (not being deleted, not excluded
+  by label, not `ToBeDeletedByClusterAutoscaler`). A node-set change is pushed to every
+  load balancer once it settles; what a load balancer holds is recorded only after the
+  cloud said yes.
+- **Retries**: one actor per Service; `RetryAfter(d)` exactly, other errors 5 s → 300 s;
+  a change by the Service's owner cuts a backoff short. A bad Service gets one Warning and
+  no cloud call until it changes. One Service's errors never hold up another.
+- State lives in one `_Record` per Service for the term, dropped by `_Term.forget`.
 
-Improvements:
-
-- **Concurrent**: one actor per Service, up to max(`--concurrent-service-syncs`, 100) at
-  once (upstream: `--concurrent-service-syncs` workers, 1 by default). The cloud budget
-  (`--cloud-api-rate load_balancers=...`) paces the cloud calls, not a worker count.
-- **Node-set changes are coalesced** (pushed once the set has not changed for 1 s, or 10 s
-  after the first change) and pushed to every load balancer at once (each through
-  `update_load_balancer`, within the budget), instead of one load balancer after another on
-  one worker. The backends (and the providers' views of them) are computed once per
-  change, not once per load balancer.
-- **The Nodes a load balancer has are recorded only after the cloud said yes**; a failed
-  update leaves the Service marked stale, and its retry is a full ensure.
-- **Restarts are gentle**: Services that look provisioned (finalizer, ingress, not being
-  deleted) are re-verified at half the load-balancer budget rate, oldest first, while new,
-  changed and deleted Services go first; upstream re-ensures every load balancer at once.
-- **A periodic drift check** re-ensures every load balancer every 30 minutes, at the same
-  gentle rate (upstream has none: drift is fixed only by some change). Re-verification
-  emits `EnsuredLoadBalancer` only when it changed the status.
-- **Bad Services** (no ports, unparsable source ranges) get one Warning naming the field
-  and the fix, and no cloud call until they change; errors of one Service never hold up
-  another.
-- Own writes are recognised by their resourceVersion, so a status echo costs nothing.
+Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
 
 from __future__ import annotations
