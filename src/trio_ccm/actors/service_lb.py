@@ -483,11 +483,12 @@ class _Term:
             if backends.node_set == current:
                 continue
             current = backends.node_set
-            # Load balancers ensured this term, and those still waiting for their gentle
-            # re-verification after a restart (their backends may be stale).
+            # Every load balancer this term knows of: ensured ones, those waiting for their
+            # gentle re-verification after a restart, and those whose last ensure or update
+            # failed (their retry must end with these Nodes, not the ones it started with).
             keys = {
                 key
-                for key in [*(k for k, r in self.records.items() if r.synced), *self.deferred]
+                for key in [*self.records, *self.deferred]
                 if (service := self.ctx.services.get(key)) is not None
                 and wants_load_balancer(service)
             }
@@ -687,6 +688,7 @@ class _Term:
         log.info(
             "service.load-balancer-ensured", service=key, nodes=len(backends.nodes), quiet=quiet
         )
+        self.push_if_moved(key, backends)
         return written
 
     async def update_hosts(
@@ -734,7 +736,18 @@ class _Term:
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
         log.info("service.hosts-updated", service=key, nodes=len(backends.nodes))
+        self.push_if_moved(key, backends)
         return None
+
+    def push_if_moved(self, key: str, backends: _Backends) -> None:
+        """The Nodes changed while the cloud was being told `backends`: go again, so the
+        load balancer ends with the newest set rather than the one this call started with."""
+        if self.backends.node_set == backends.node_set:
+            return
+        service = self.ctx.services.get(key)
+        if service is not None:
+            log.info("service.node-set-moved", service=key, nodes=len(self.backends.nodes))
+            self.send(key, Changed(service))
 
     async def clean_up(self, key: str, service: Service) -> str | None:
         """Upstream's delete branch: the load balancer, then the finalizer, then the status."""
