@@ -49,6 +49,29 @@ class KubeConnectionError(KubeError):
     """The API server could not be reached (refused, DNS, TLS, reset)."""
 
 
+class KubeDecodeError(KubeError):
+    """The API server's answer could not be decoded: an HTML page from a proxy, a truncated
+    body, an object of the wrong shape. Reads are retried; writes are reported (they may
+    have been applied)."""
+
+
+_QUOTED_BYTES = 80
+
+
+def undecodable(
+    method: str, path: str, response: httpx.Response, exc: Exception
+) -> KubeDecodeError:
+    """The error for a body that does not decode: method, path, status, content type, size,
+    the decoder's complaint and the first bytes."""
+    body = response.content
+    content_type = response.headers.get("content-type") or "none"
+    return KubeDecodeError(
+        f"{method} {path}: the API server answered {response.status_code} "
+        f"(content-type {content_type}, {len(body)} bytes) with a body that does not decode "
+        f"({exc}); it begins {body[:_QUOTED_BYTES]!r}"
+    )
+
+
 class KubeApiError(KubeError):
     """The API server answered with an error `Status`."""
 
@@ -419,8 +442,7 @@ class KubeClient:
     async def get(
         self, resource: Resource, name: str, *, namespace: str = "", type: Any = None
     ) -> Any:
-        response = await self.request("GET", resource.path(namespace, name))
-        return self.decode(response.content, type or Any)
+        return await self._read(resource.path(namespace, name), type or Any)
 
     async def list(
         self,
@@ -445,8 +467,28 @@ class KubeClient:
             params["continue"] = continue_token
         if resource_version:
             params["resourceVersion"] = resource_version
-        response = await self.request("GET", resource.path(namespace), params=params)
-        return self.decode(response.content, ObjectList[type])  # type: ignore[valid-type]
+        found: ObjectList[T] = await self._read(
+            resource.path(namespace),
+            ObjectList[type],  # type: ignore[valid-type]
+            params=params,
+        )
+        return found
+
+    async def _read(self, path: str, kind: Any, *, params: Mapping[str, str] | None = None) -> Any:
+        """GET and decode; a body that does not decode is retried like a 5xx (reads are
+        idempotent), then raised as KubeDecodeError."""
+        attempt = 0
+        while True:
+            response = await self.request("GET", path, params=params)
+            try:
+                return self.decode(response.content, kind)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                error = undecodable("GET", path, response, exc)
+                if attempt >= self.max_retries:
+                    raise error from exc
+            attempt += 1
+            self._count_retry("<undecodable>", "GET")
+            await trio.sleep(self._backoff(attempt))
 
     @asynccontextmanager
     async def watch(
@@ -506,10 +548,15 @@ class KubeClient:
                         continue
                     try:
                         event: WatchEvent = decoder.decode(line)
-                    except msgspec.DecodeError as exc:
-                        raise KubeError(f"WATCH {path}: malformed watch event: {exc}") from exc
-                    if event.type == "ERROR":
-                        status = _status_decoder.decode(event.object)
+                        status = (
+                            _status_decoder.decode(event.object) if event.type == "ERROR" else None
+                        )
+                    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                        raise KubeDecodeError(
+                            f"WATCH {path}: a watch event does not decode ({exc}); "
+                            f"it begins {line[:_QUOTED_BYTES]!r}"
+                        ) from exc
+                    if status is not None:
                         raise error_from_status(status, method="WATCH", path=path)
                     yield event
 
@@ -527,7 +574,10 @@ class KubeClient:
             content=msgspec.json.encode(document),
             content_type=content_type,
         )
-        return msgspec.json.decode(response.content)
+        try:
+            return msgspec.json.decode(response.content)
+        except msgspec.DecodeError as exc:
+            raise undecodable(method, path, response, exc) from exc
 
     async def create(
         self, resource: Resource, body: Mapping[str, JSONValue], *, namespace: str = ""
@@ -586,7 +636,10 @@ class KubeClient:
             content=msgspec.json.encode(patch.document),
             content_type=patch.content_type,
         )
-        return self.decode(response.content, type or Object)
+        try:
+            return self.decode(response.content, type or Object)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise undecodable("PATCH", path, response, exc) from exc
 
     async def delete(
         self,

@@ -21,10 +21,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Generic, NoReturn, TypeVar
 
+import msgspec
 import structlog
 import trio
 
-from trio_ccm.kube.client import GoneError, KubeClient, KubeError
+from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeError
 from trio_ccm.kube.objects import Object, Resource, WatchEvent
 from trio_ccm.mailbox import Mailbox
 
@@ -258,11 +259,18 @@ class Informer(Generic[T]):
                 )
 
     def _apply(self, event: WatchEvent) -> None:
-        if event.type == "BOOKMARK":
-            marker = self.client.decode(event.object, Object)
-            self.resource_version = marker.metadata.resource_version
-            return
-        obj = self.client.decode(event.object, self.kind)
+        try:
+            if event.type == "BOOKMARK":
+                marker = self.client.decode(event.object, Object)
+                self.resource_version = marker.metadata.resource_version
+                return
+            obj = self.client.decode(event.object, self.kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # The watch is abandoned and re-established from the last good version.
+            raise KubeDecodeError(
+                f"WATCH {self.resource.plural}: a {event.type} event's object does not decode "
+                f"as {self.kind.__name__} ({exc}); it begins {bytes(event.object)[:80]!r}"
+            ) from exc
         self.resource_version = obj.metadata.resource_version
         key = obj.key
         if event.type == "DELETED":
