@@ -6,6 +6,7 @@ import pytest
 
 import trio_ccm
 import trio_ccm.cloud
+import trio_ccm.testing
 import trio_ccm.testing.apiserver
 
 
@@ -49,8 +50,26 @@ import trio_ccm.testing.apiserver
                 "ServiceInfo",
                 "ServicePort",
                 "ThrottledError",
+                "default_load_balancer_name",
             ],
             id="trio_ccm.cloud",
+        ),
+        pytest.param(
+            trio_ccm.testing,
+            [
+                "ApiServer",
+                "RecordingTransport",
+                "SimCloud",
+                "lb_name",
+                "make_lease",
+                "make_node",
+                "make_service",
+                "register_node",
+                "run_ccm",
+                "virtual_now",
+                "wait_for",
+            ],
+            id="trio_ccm.testing",
         ),
         pytest.param(
             trio_ccm.testing.apiserver,
