@@ -8,6 +8,11 @@ Contract:
   taint goes last and a taint someone else added meanwhile is never lost. Event `Synced`.
 - No metadata, no provider ID on either side, or an invalid provided-node-ip leaves the
   Node tainted and retried with backoff (`KeyedActors`), never half-initialised.
+- A provider ID the provider calls invalid (malformed, another cloud's), or an instance
+  another Node already claims, gets one Warning Event (`InvalidProviderID`,
+  `DuplicateProviderID`) and leaves the Node tainted; it is looked at again only when
+  the Node changes (its provider ID cannot: the fix is to delete the Node). Of two
+  uninitialised Nodes claiming one instance, the newer is refused.
 - Initialised Nodes: the legacy labels are reconciled (the beta one is the truth), and every
   `--node-status-update-frequency` (sliding) their addresses are synced, in bulk lookups
   when the provider offers them; one Node's failure never fails the others.
@@ -41,6 +46,7 @@ from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
+    InvalidProviderIDError,
     NodeAddress,
 )
 from trio_ccm.errors import CcmError
@@ -58,6 +64,8 @@ from trio_ccm.kube.wellknown import (
     LABEL_REGION_LEGACY,
     LABEL_ZONE,
     LABEL_ZONE_LEGACY,
+    REASON_DUPLICATE_PROVIDER_ID,
+    REASON_INVALID_PROVIDER_ID,
     REASON_SYNCED,
     TAINT_UNINITIALIZED,
 )
@@ -162,12 +170,47 @@ class _Term:
         self.status_workers = (
             ctx.settings.concurrent_node_status_updates or ctx.settings.concurrent_node_syncs
         )
+        # Per Node: its spec.providerID (and the reverse index), and the provider ID a
+        # refusal Warning was given for. Seeded from the cache, kept by `sync`, dropped by
+        # `forget`.
+        self.provider_ids: dict[str, str] = {}
+        self.claims: dict[str, set[str]] = {}
+        self.refused: dict[str, str] = {}
+        for node in ctx.nodes.items():
+            self.note(node)
+
+    def note(self, node: Node) -> None:
+        """Index the Node's provider ID (it is immutable once set)."""
+        name, provider_id = node.metadata.name, node.spec.provider_id
+        if provider_id and self.provider_ids.get(name) != provider_id:
+            self.forget_claim(name)
+            self.provider_ids[name] = provider_id
+            self.claims.setdefault(provider_id, set()).add(name)
+
+    def forget_claim(self, name: str) -> None:
+        provider_id = self.provider_ids.pop(name, None)
+        if provider_id is not None:
+            owners = self.claims.get(provider_id, set())
+            owners.discard(name)
+            if not owners:
+                self.claims.pop(provider_id, None)
+
+    def forget(self, name: str) -> None:
+        """The Node is gone: drop all that is kept about it."""
+        self.forget_claim(name)
+        self.refused.pop(name, None)
 
     # -- cloud lookups -----------------------------------------------------------------
     async def metadata(self, node: Node) -> InstanceMetadata:
         info = node_info(node)
         if self.ctx.batcher is not None:
-            return await self.ctx.batcher.instance_metadata(info)
+            try:
+                return await self.ctx.batcher.instance_metadata(info)
+            except InstanceNotFoundError:
+                if not node.spec.provider_id:
+                    raise
+                # Missing from the bulk answer: the provider's own verdict tells an invalid
+                # provider ID (no cloud call) from a missing instance.
         found = await self.instances.instance_metadata(info)
         if found is None:
             raise CcmError(
@@ -181,12 +224,16 @@ class _Term:
         """One Node: initialise it while it carries the uninitialized taint, else reconcile
         its legacy labels. Returns the resourceVersion of our last write (echo check)."""
         if isinstance(message, Gone):
+            self.forget(name)
             return None
         node = message.obj
+        self.note(node)
         if node.metadata.deletion_timestamp:
             return None
         if not has_taint(node, TAINT_UNINITIALIZED):
             return await self.reconcile_legacy_labels(node)
+        if name in self.refused and self.refused[name] == node.spec.provider_id:
+            return None  # refused with a Warning already; waits for the Node to change
         return await self.initialize(node)
 
     async def reconcile_legacy_labels(self, node: Node) -> str | None:
@@ -203,11 +250,19 @@ class _Term:
         log.info("node.labels-reconciled", node=node.metadata.name, labels=wanted)
         return written
 
-    async def initialize(self, node: Node) -> str:
+    async def initialize(self, node: Node) -> str | None:
         name = node.metadata.name
         log.debug("node.initializing", node=name)
         try:
             metadata = await self.metadata(node)
+        except InvalidProviderIDError as exc:
+            self.refuse(
+                node,
+                REASON_INVALID_PROVIDER_ID,
+                f"{exc}; the Node stays uninitialised: delete it so that its kubelet registers "
+                f"it again with a provider ID of this cloud ({self.ctx.cloud.name})",
+            )
+            return None
         except InstanceNotFoundError as exc:
             raise CcmError(
                 f"Node {name}: the cloud has no instance for it ({exc}); it stays tainted and "
@@ -221,6 +276,16 @@ class _Term:
                     f"Node {name}: cloud provider does not set node provider ID for node {name}; "
                     "it stays tainted"
                 )
+        rival = self.rival(node, provider_id or node.spec.provider_id)
+        if rival is not None:
+            self.refuse(
+                node,
+                REASON_DUPLICATE_PROVIDER_ID,
+                f"Node {name}: its instance {provider_id or node.spec.provider_id} is claimed "
+                f"by Node {rival} too; this Node stays uninitialised: delete the Node that "
+                "does not belong to this instance",
+            )
+            return None
         addresses = self.desired_addresses(node, metadata)
         labels = self.labels_for(node, metadata)
         patch = initialize_node(
@@ -247,6 +312,27 @@ class _Term:
             zone=metadata.zone,
         )
         return written
+
+    def rival(self, node: Node, provider_id: str) -> str | None:
+        """Another Node that keeps `provider_id`'s instance from this one: one already
+        initialised, or an older uninitialised one."""
+        mine = (node.metadata.creation_timestamp, node.metadata.name)
+        for other_name in sorted(self.claims.get(provider_id, set()) - {node.metadata.name}):
+            other = self.ctx.nodes.get(other_name)
+            if other is None or other.metadata.deletion_timestamp:
+                continue
+            if not has_taint(other, TAINT_UNINITIALIZED):
+                return other_name
+            if (other.metadata.creation_timestamp, other_name) < mine:
+                return other_name
+        return None
+
+    def refuse(self, node: Node, reason: str, message: str) -> None:
+        """One Warning Event and one log line; no retry until the Node changes."""
+        name = node.metadata.name
+        self.refused[name] = node.spec.provider_id
+        self.ctx.events.warning(node_ref(node), reason, message)
+        log.warning("node.refused", node=name, reason=reason, message=message)
 
     def labels_for(self, node: Node, metadata: InstanceMetadata) -> dict[str, str]:
         name = node.metadata.name

@@ -14,7 +14,7 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
 import trio
@@ -22,7 +22,13 @@ import trio
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
-from trio_ccm.cloud.provider import CloudProvider, InstanceMetadata, Instances
+from trio_ccm.cloud.provider import (
+    CloudProvider,
+    InstanceMetadata,
+    Instances,
+    InvalidProviderIDError,
+    NodeInfo,
+)
 from trio_ccm.kube.client import ConflictError, KubeError, NotFoundError
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import JSONValue, add_taint, remove_taint
@@ -103,7 +109,7 @@ class _Term:
         if metadata is None:
             # Missing from the listing: confirm with a direct question before deleting.
             async with self.limiter:
-                if not await self.exists(node):
+                if await self.ask(node, self.instances.instance_exists) is False:
                     await self.delete(node)
             return
         if metadata.shutdown:
@@ -111,25 +117,25 @@ class _Term:
 
     async def check_each(self, node: Node) -> None:
         async with self.limiter:
-            info = node_info(node)
-            if not await self.exists(node):
+            exists = await self.ask(node, self.instances.instance_exists)
+            if exists is False:
                 await self.delete(node)
                 return
-            try:
-                shutdown = await self.instances.instance_shutdown(info)
-            except Exception as exc:  # the provider's error skips this round
-                log.warning("lifecycle.check-failed", node=node.metadata.name, error=str(exc))
-                return
+            shutdown = exists and await self.ask(node, self.instances.instance_shutdown)
         if shutdown:
             await self.patch_taint(node, True)
 
-    async def exists(self, node: Node) -> bool:
-        """True unless the cloud says the instance is gone (an error counts as existing)."""
+    @staticmethod
+    async def ask(node: Node, question: Callable[[NodeInfo], Awaitable[bool]]) -> bool | None:
+        """The cloud's answer about the Node's instance; None when it has none this round
+        (an error, or a provider ID the cloud refuses): never a reason to delete."""
         try:
-            return await self.instances.instance_exists(node_info(node))
+            return await question(node_info(node))
+        except InvalidProviderIDError as exc:  # cloud-node gave the Warning; never deleted
+            log.debug("lifecycle.check-skipped", node=node.metadata.name, error=str(exc))
         except Exception as exc:  # the provider's error skips this round
             log.warning("lifecycle.check-failed", node=node.metadata.name, error=str(exc))
-            return True
+        return None
 
     async def delete(self, node: Node) -> None:
         name = node.metadata.name

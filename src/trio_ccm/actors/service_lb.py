@@ -47,6 +47,7 @@ from trio_ccm.cloud.provider import (
     LoadBalancers,
     LoadBalancerStatus,
     NodeInfo,
+    ServiceRefused,
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.govalues import parse_bool
@@ -161,6 +162,27 @@ def _problems(service: Service) -> list[str]:
         except ValueError:
             problems.append(f"{where}: {value.strip()!r} is not a CIDR (e.g. 203.0.113.0/24)")
     return problems
+
+
+def _family_mismatch(service: Service, ingress: Sequence[LoadBalancerIngress]) -> str:
+    """Why the provider's ingress cannot be the Service's ("" when it can): its addresses
+    are all of IP families the Service does not ask for."""
+    wanted = set(service.spec.ip_families)
+    families = set()
+    for entry in ingress:
+        try:
+            families.add(f"IPv{ipaddress.ip_address(entry.ip).version}" if entry.ip else "")
+        except ValueError:
+            families.add("")
+    families.discard("")
+    if not wanted or not families or families & wanted:
+        return ""
+    return (
+        f"the cloud gave {', '.join(sorted(families))} addresses "
+        f"({', '.join(e.ip for e in ingress if e.ip)}) but spec.ipFamilies asks for "
+        f"{', '.join(service.spec.ip_families)}; the status is not written: the provider cannot "
+        "serve this IP family, add one it can to spec.ipFamilies"
+    )
 
 
 def _ingress(status: LoadBalancerStatus) -> tuple[LoadBalancerIngress, ...]:
@@ -579,6 +601,18 @@ class _Term:
             await self.delete_load_balancer(key, record.handled)
         self.forget(key)
 
+    def refuse(self, key: str, record: _Record, service: Service, reason: str) -> None:
+        """A Service no load balancer can be made for as written (our checks, or the
+        provider's ServiceRefused): one Warning, one log line, no retry until it changes."""
+        record.invalid = _fingerprint(service)
+        self.ctx.events.warning(
+            service_ref(service),
+            REASON_SYNC_LB_FAILED,
+            f"Error syncing load balancer: {reason}; fix the Service, it is retried when it "
+            "changes",
+        )
+        log.warning("service.refused", service=key, reason=reason)
+
     async def delete_load_balancer(self, key: str, service: Service) -> None:
         """Upstream's processLoadBalancerDelete (Services without the finalizer)."""
         ref = service_ref(service)
@@ -607,15 +641,7 @@ class _Term:
             return None  # warned already; waits for a change of the Service
         problems = _problems(service)
         if problems:
-            record.invalid = fingerprint
-            message = "; ".join(problems)
-            self.ctx.events.warning(
-                service_ref(service),
-                REASON_SYNC_LB_FAILED,
-                f"Error syncing load balancer: {message}; fix the Service, it is retried when "
-                "it changes",
-            )
-            log.warning("service.invalid", service=key, problems=problems)
+            self.refuse(key, record, service, "; ".join(problems))
             return None
         record.invalid = None
         backends = self.backends
@@ -660,6 +686,9 @@ class _Term:
         info = service_info(service)
         try:
             status = await self.lbs.ensure_load_balancer(self.cluster, info, backends.infos)
+        except ServiceRefused as exc:
+            self.refuse(key, record, service, str(exc))
+            return written
         except ImplementedElsewhere:
             log.info("service.implemented-elsewhere", service=key)
             record.synced = _Synced(
@@ -672,6 +701,10 @@ class _Term:
         if status is None:
             raise CcmError("service status returned by EnsureLoadBalancer is nil")
         ingress = _ingress(status)
+        mismatch = _family_mismatch(service, ingress)
+        if mismatch:
+            self.refuse(key, record, service, mismatch)
+            return written
         changed = ingress != service.status.load_balancer.ingress
         if changed or not quiet:
             self.ctx.events.normal(ref, REASON_ENSURED_LB, "Ensured load balancer")

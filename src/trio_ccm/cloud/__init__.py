@@ -8,6 +8,7 @@ from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
+    InvalidProviderIDError,
     LoadBalancerIngress,
     LoadBalancers,
     LoadBalancerStatus,
@@ -19,6 +20,7 @@ from trio_ccm.cloud.provider import (
     Routes,
     ServiceInfo,
     ServicePort,
+    ServiceRefused,
     ThrottledError,
     default_load_balancer_name,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "InstanceMetadata",
     "InstanceNotFoundError",
     "Instances",
+    "InvalidProviderIDError",
     "LoadBalancerIngress",
     "LoadBalancerStatus",
     "LoadBalancers",
@@ -41,6 +44,7 @@ __all__ = [
     "Routes",
     "ServiceInfo",
     "ServicePort",
+    "ServiceRefused",
     "ThrottledError",
     "default_load_balancer_name",
 ]

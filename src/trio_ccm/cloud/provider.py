@@ -18,11 +18,12 @@ are then skipped with a log line):
 Upstream's v1 `Instances` and `Zones` are folded into `instance_metadata` (as InstancesV2
 does); `Clusters` is used by no controller upstream and is left out.
 
-Errors: `InstanceNotFoundError` (the instance is gone), `ImplementedElsewhere` (another
-controller owns this load balancer), `RetryAfter(delay_s)` (retry after exactly this, e.g.
-a load balancer still provisioning), `ThrottledError` (the cloud refused the call for its
-rate; the shared budget slows down). Any other exception is retried with exponential
-backoff.
+Errors: `InstanceNotFoundError` (the instance is gone), `InvalidProviderIDError` (the
+Node's provider ID is not this cloud's), `ServiceRefused` (this cloud cannot serve the
+Service as written), `ImplementedElsewhere` (another controller owns this load balancer),
+`RetryAfter(delay_s)` (retry after exactly this, e.g. a load balancer still provisioning),
+`ThrottledError` (the cloud refused the call for its rate; the shared budget slows down).
+Any other exception is retried with exponential backoff.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "InstanceMetadata",
     "InstanceNotFoundError",
     "Instances",
+    "InvalidProviderIDError",
     "LoadBalancerIngress",
     "LoadBalancerStatus",
     "LoadBalancers",
@@ -52,6 +54,7 @@ __all__ = [
     "Routes",
     "ServiceInfo",
     "ServicePort",
+    "ServiceRefused",
     "ThrottledError",
     "default_load_balancer_name",
 ]
@@ -66,6 +69,26 @@ class InstanceNotFoundError(CcmError):
 
     Raise it from `instance_metadata` (the Node stays tainted and is retried) or from
     `instance_exists`, which should rather return False: an error is never read as "gone".
+    """
+
+
+class InvalidProviderIDError(CcmError):
+    """The Node's provider ID is malformed, or belongs to another cloud: no lookup can find
+    its instance.
+
+    Raise it from `instance_metadata`, `instance_exists` or `instance_shutdown` before any
+    cloud call. trio-ccm then gives the Node one Warning Event (`InvalidProviderID`), leaves
+    it uninitialised and never deletes it; it looks again only when the Node changes.
+    """
+
+
+class ServiceRefused(CcmError):  # noqa: N818 - a verdict, like ImplementedElsewhere
+    """This cloud cannot serve the Service as written (say an IP family or a protocol it
+    has no load balancers for). The message names the field and the fix.
+
+    Raise it from `ensure_load_balancer` before creating anything. trio-ccm turns it into
+    one Warning Event and one log line, no traceback, and asks again only when the Service
+    changes.
     """
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import json
 import os
 import re
@@ -558,17 +559,41 @@ def _check_ca(data: bytes, where: str) -> bytes:
     return data
 
 
+# DNS labels (underscores too, as Go's URL parser and some private zones allow).
+_HOST_RE = re.compile(
+    r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*"
+)
+_URL_EXAMPLE = "write an absolute URL, e.g. https://10.0.0.1:6443"
+
+
+def _valid_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return _HOST_RE.fullmatch(host) is not None
+    return True
+
+
 def _normalize_server(raw: str, where: str) -> str:
     text = raw.strip()
+    if any(c.isspace() for c in text):
+        raise ConfigError(f"{where}: {raw!r} is not a URL (it contains spaces); {_URL_EXAMPLE}")
     if "://" not in text:
+        if ":/" in text:  # a scheme typed wrong ("htp:/x"), not a bare host:port
+            raise ConfigError(f"{where}: {raw!r} is not an absolute URL; {_URL_EXAMPLE}")
         text = f"https://{text}"  # client-go's DefaultServerURL: a bare host:port means https
     try:
         parts = urllib.parse.urlsplit(text)
         parts.port  # noqa: B018 (raises ValueError for a bad port)
     except ValueError:
-        raise ConfigError(f"{where}: {raw!r} is not a valid URL") from None
+        raise ConfigError(f"{where}: {raw!r} is not a valid URL; {_URL_EXAMPLE}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{where}: {raw!r} is not an http:// or https:// URL")
+        raise ConfigError(f"{where}: {raw!r} is not an http:// or https:// URL; {_URL_EXAMPLE}")
+    if not _valid_host(parts.hostname):
+        raise ConfigError(
+            f"{where}: {raw!r}: {parts.hostname!r} is not a host name or IP address; "
+            + _URL_EXAMPLE
+        )
     path = parts.path.rstrip("/")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 

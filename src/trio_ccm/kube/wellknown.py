@@ -72,6 +72,9 @@ REASON_FAILED_TO_CREATE_ROUTE: Final = "FailedToCreateRoute"
 REASON_CIDR_NOT_AVAILABLE: Final = "CIDRNotAvailable"
 REASON_CIDR_ASSIGNMENT_FAILED: Final = "CIDRAssignmentFailed"
 REASON_LEADER_ELECTION: Final = "LeaderElection"
+# Ours (no upstream reason exists for these refusals):
+REASON_INVALID_PROVIDER_ID: Final = "InvalidProviderID"
+REASON_DUPLICATE_PROVIDER_ID: Final = "DuplicateProviderID"
 
 # Route condition reasons and messages
 ROUTE_CREATED: Final = ("RouteCreated", "RouteController created a route")

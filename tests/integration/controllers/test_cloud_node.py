@@ -96,8 +96,6 @@ async def test_existing_provider_id_is_kept_and_used(
     ("name", "provider_id", "annotations"),
     [
         pytest.param("no-instance", "", {}, id="no-instance-for-the-node"),
-        pytest.param("junk-id", "not a provider id", {}, id="junk-provider-id"),
-        pytest.param("wrong-scheme", "aws:///us-east-1a/i-123", {}, id="foreign-provider-id"),
         pytest.param(
             "bad-ip",
             "",

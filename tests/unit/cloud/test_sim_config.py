@@ -40,7 +40,13 @@ def test_replica_defaults_to_host_and_pid() -> None:
         pytest.param(b"url: 8080\n", "must be an http:// or https:// URL", id="number"),
         pytest.param(b"url: http://x\ncolour: red\n", "unknown key(s) colour", id="unknown"),
         pytest.param(b"url: http://x\nreplica: ''\n", "`replica` must be a non-empty", id="rep"),
-        pytest.param(b"url: http://x\ntimeout_s: 0\n", "`timeout_s` must be a positive", id="t"),
+        pytest.param(b"url: http://x\ntimeout_s: 0\n", "`timeout_s` must be a number", id="t"),
+        pytest.param(
+            b"url: http://x\ntimeout_s: 0.000001\n",
+            "`timeout_s` must be a number of seconds from 0.1 to 300, not 1e-06",
+            id="tiny",
+        ),
+        pytest.param(b"url: http://x\ntimeout_s: 86400\n", "from 0.1 to 300", id="huge"),
         pytest.param(b"url: http://x\ntimeout_s: yes\n", "`timeout_s` must be", id="bool"),
     ],
 )

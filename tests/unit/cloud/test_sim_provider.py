@@ -14,6 +14,7 @@ from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
+    InvalidProviderIDError,
     LoadBalancerIngress,
     LoadBalancers,
     LoadBalancerStatus,
@@ -221,11 +222,16 @@ async def test_bulk_metadata_for_many_nodes_lists_everything(
     assert [(c.method, c.target) for c in cloud.calls] == [("ListInstances", "")]
 
 
-async def test_foreign_provider_id_is_an_error(provider: SimProvider) -> None:
-    """A Node registered by another cloud is neither found nor declared gone: an error."""
+async def test_foreign_provider_id_is_an_error(provider: SimProvider, cloud: SimCloud) -> None:
+    """A Node registered by another cloud is neither found nor declared gone: an
+    InvalidProviderIDError, raised before any cloud call."""
     node = NodeInfo(name="n1", provider_id="aws:///us-east-1a/i-0123")
-    with trio.fail_after(LIMIT_S), pytest.raises(SimCloudError, match="not a sim provider ID"):
+    with (
+        trio.fail_after(LIMIT_S),
+        pytest.raises(InvalidProviderIDError, match="not a sim provider ID"),
+    ):
         await _instances(provider).instance_exists(node)
+    assert cloud.calls_by() == []
 
 
 async def test_consistency_delay_hides_new_instances_from_the_provider(

@@ -578,6 +578,25 @@ ERRORS = [
         id="bad-scheme",
     ),
     pytest.param(
+        single({"server": "htp:/x y"}, {}),
+        None,
+        r"^kubeconfig {path}: clusters\[0\]\.cluster\.server \(cluster 'c'\): 'htp:/x y' is not a "
+        r"URL \(it contains spaces\); write an absolute URL, e.g. https://10\.0\.0\.1:6443",
+        id="spaces",
+    ),
+    pytest.param(
+        single({"server": "htp:/x"}, {}),
+        None,
+        r"clusters\[0\]\.cluster\.server \(cluster 'c'\): 'htp:/x' is not an absolute URL",
+        id="mistyped-scheme",
+    ),
+    pytest.param(
+        single({"server": "https://x!.example:6443"}, {}),
+        None,
+        r"'x!\.example' is not a host name or IP address",
+        id="bad-host",
+    ),
+    pytest.param(
         single({"server": "https://x.example", "proxy-url": "http://proxy:3128"}, {}),
         None,
         r"clusters\[0\]\.cluster\.proxy-url \(cluster 'c'\): proxies are not supported",

@@ -12,6 +12,10 @@ from trio_ccm.errors import ConfigError
 
 _EXAMPLE = "e.g.\n  url: http://127.0.0.1:8080\n  replica: ccm-0   # optional"
 _KEYS = ("url", "replica", "timeout_s")
+# Below this no call can succeed (each would time out before an answer); above it a hung
+# call holds its Service or Node for minutes.
+_MIN_TIMEOUT_S = 0.1
+_MAX_TIMEOUT_S = 300.0
 
 
 def default_replica() -> str:
@@ -59,8 +63,13 @@ def from_config(config: bytes | None) -> SimProvider:
             f"sim cloud config: `replica` must be a non-empty string, not {replica!r}"
         )
     timeout_s = data.get("timeout_s", 10.0)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not _MIN_TIMEOUT_S <= timeout_s <= _MAX_TIMEOUT_S
+    ):
         raise ConfigError(
-            f"sim cloud config: `timeout_s` must be a positive number of seconds, not {timeout_s!r}"
+            f"sim cloud config: `timeout_s` must be a number of seconds from {_MIN_TIMEOUT_S:g} "
+            f"to {_MAX_TIMEOUT_S:g}, not {timeout_s!r} (the default is 10)"
         )
     return SimProvider(url=url, replica=replica, timeout_s=float(timeout_s))

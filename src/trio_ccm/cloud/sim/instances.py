@@ -7,11 +7,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
+    InvalidProviderIDError,
     NodeAddress,
     NodeInfo,
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
-from trio_ccm.cloud.sim.errors import SimCloudError
 from trio_ccm.cloud.sim.wire import InstanceListWire, InstanceWire
 
 SCHEME = "sim://"
@@ -25,11 +25,12 @@ def provider_id(zone: str, instance_id: str) -> str:
 
 
 def instance_id_of(node: NodeInfo) -> str:
-    """The instance ID in the Node's provider ID; SimCloudError when it is not a sim one."""
+    """The instance ID in the Node's provider ID; InvalidProviderIDError when it is not a
+    sim one."""
     value = node.provider_id
     instance_id = value[len(SCHEME) :].rpartition("/")[2] if value.startswith(SCHEME) else ""
     if not instance_id:
-        raise SimCloudError(
+        raise InvalidProviderIDError(
             f"Node {node.name}: provider ID {value!r} is not a sim provider ID "
             "(sim://<zone>/<instance-id>); was the Node registered by another cloud?"
         )
@@ -118,7 +119,7 @@ class SimInstances:
                 continue
             try:
                 wanted_ids[node.name] = instance_id_of(node)
-            except SimCloudError:
+            except InvalidProviderIDError:
                 continue
         if not wanted_ids and not wanted_names:
             return {}

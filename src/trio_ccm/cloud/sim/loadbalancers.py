@@ -9,9 +9,11 @@ from trio_ccm.cloud.provider import (
     LoadBalancerStatus,
     NodeInfo,
     ServiceInfo,
+    ServiceRefused,
     default_load_balancer_name,
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
+from trio_ccm.cloud.sim.errors import SimCloudError
 from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
 
 # Upstream's v1.AnnotationLoadBalancerSourceRangesKey (providers sit beside the kube layer,
@@ -66,8 +68,16 @@ class SimLoadBalancers:
     async def ensure_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
-        """Create or update the load balancer; RetryAfter while it is provisioning."""
+        """Create or update the load balancer; RetryAfter while it is provisioning;
+        ServiceRefused for what the simulated cloud cannot serve (IPv6-only Services, and
+        what it answers 400 to: SCTP, TCP and UDP on one port, bad source ranges, ...)."""
         target, path = self._where(cluster, service)
+        if service.ip_families and "IPv4" not in service.ip_families:
+            raise ServiceRefused(
+                f"Service {service.key}: spec.ipFamilies {list(service.ip_families)}: the sim "
+                "cloud's load balancers are IPv4 only; add IPv4 to spec.ipFamilies (or set "
+                "spec.ipFamilyPolicy: PreferDualStack)"
+            )
         spec = LoadBalancerSpec(
             service=service.key,
             ports=[PortSpec(p.name, p.protocol, p.port, p.node_port) for p in service.ports],
@@ -80,7 +90,14 @@ class SimLoadBalancers:
             session_affinity=service.session_affinity,
             description=service.annotations.get(ANNOTATION_DESCRIPTION, ""),
         )
-        response = await self._client.request("PutLoadBalancer", target, "PUT", path, body=spec)
+        try:
+            response = await self._client.request(
+                "PutLoadBalancer", target, "PUT", path, body=spec
+            )
+        except SimCloudError as exc:
+            if exc.status == 400:  # the Service as written, not a passing fault
+                raise ServiceRefused(f"Service {service.key}: {exc}") from exc
+            raise
         assert response is not None
         return _status(self._client.decode("PutLoadBalancer", target, response, LoadBalancerWire))
 
