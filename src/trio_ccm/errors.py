@@ -17,3 +17,9 @@ class RetryAfter(CcmError):  # noqa: N818 - the name DESIGN gives providers
     def __init__(self, delay_s: float, message: str = "") -> None:
         super().__init__(message or f"retry after {delay_s:g} s")
         self.delay_s = delay_s
+
+
+class NotLeadingError(CcmError):
+    """This replica no longer holds its Lease (by its own clock): it must not act. Raised by
+    the cloud budget before a provider call made too late, say after the process was frozen
+    past its renew deadline; the call never leaves the process."""

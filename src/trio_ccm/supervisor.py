@@ -14,11 +14,14 @@ serve()                          root nursery
 Invariants:
 
 - **A leader never acts past its Lease.** The controllers run only inside a term, and a
-  term exists only while the elector holds the Lease. Losing it (the renew deadline passed,
-  or another holder seen) ends the term at once: the elector's `on_lost` hook cancels the
-  term with no grace before anything else happens, so not even a call shielded for a
-  graceful drain goes on. Then the replica campaigns again in the same process; with
-  `--exit-on-lost-lease`, `LeaseLostError` escapes instead (the CLI exits 1).
+  term exists only while the elector holds the Lease. Every cloud call also checks, just
+  before it leaves, that the Lease is still held by this replica's own clock
+  (`LeaderElector.holds`), which catches a process frozen past its renew deadline. Losing
+  the Lease (the renew deadline passed, or another holder seen) ends the term at once: the
+  elector's `on_lost` hook cancels the term with no grace before anything else happens,
+  so not even a call shielded for a graceful drain goes on. Then the replica campaigns
+  again in the same process; with `--exit-on-lost-lease`, `LeaseLostError` escapes
+  instead (the CLI exits 1).
 - **Graceful shutdown** (`Serving.shut_down()`, which the CLI calls on the first
   SIGTERM/SIGINT): the term is cancelled with `GRACE_S` of grace (per-object handler calls
   in flight may finish their step; nothing new starts) while the elector **keeps renewing**.
@@ -58,7 +61,7 @@ from trio_ccm.actors.keyed import GracefulCancelScope, KeyedActors
 from trio_ccm.cloud.batching import MetadataBatcher
 from trio_ccm.cloud.budget import CloudBudget, Rate
 from trio_ccm.cloud.provider import CloudProvider, bulk_instances
-from trio_ccm.errors import ConfigError
+from trio_ccm.errors import ConfigError, NotLeadingError
 from trio_ccm.http import Check, Endpoints, serve_http
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, load_config
@@ -202,6 +205,7 @@ class _Replica:
         budget = CloudBudget(
             {family: Rate(qps, burst) for family, qps, burst in settings.cloud_rates} or None,
             registry=registry,
+            guard=self.check_leading,
         )
         self.cloud = budget.wrap(cloud)
         bulk = bulk_instances(self.cloud.instances) if self.cloud.instances is not None else None
@@ -418,6 +422,16 @@ class _Replica:
             del self.running[controller.name]
             self.running_gauge.labels(controller.name, _MANAGER).set(0)
         log.info("controller.finished", controller=controller.name)
+
+    def check_leading(self) -> None:
+        """Asked before every cloud call: this replica still holds its Lease by its own
+        clock. Cancelling the term on loss stops every call, but a process frozen past its
+        renew deadline may run a controller task before the elector's; this catches it."""
+        if self.elector is not None and not self.elector.holds():
+            raise NotLeadingError(
+                f"replica {self.identity}: the Lease is no longer held (last renewed more "
+                f"than {self.elector.renew_deadline_s:g} s ago); the cloud call is not made"
+            )
 
     def lost(self) -> None:
         """The elector lost the Lease: stop acting this instant (no grace, even while

@@ -53,6 +53,7 @@ from typing import Final, ParamSpec, TypeVar
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from trio_ccm.cloud.fence import guarding
 from trio_ccm.cloud.provider import (
     BulkInstances,
     CloudProvider,
@@ -360,7 +361,11 @@ class CloudBudget:
         rates: Mapping[str, Rate] | None = None,
         *,
         registry: CollectorRegistry | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
+        """`guard()` runs right before every provider call (after the token wait) and may
+        raise to stop it: the supervisor's "do we still hold the Lease?" check."""
+        self._guard = guard
         merged = dict(DEFAULT_RATES)
         for family, rate in (rates or {}).items():
             if family not in merged:
@@ -408,9 +413,12 @@ class CloudBudget:
             )
         bucket = self._buckets[family]
         await bucket.acquire()
+        if self._guard is not None:
+            self._guard()
         started = trio.current_time()
         try:
-            result = await fn(*args, **kwargs)
+            with guarding(self._guard):  # checked again before each request (cloud/fence.py)
+                result = await fn(*args, **kwargs)
         except ThrottledError as exc:
             self._observe(method, started, failed=True)
             if self._metrics is not None:

@@ -237,6 +237,15 @@ class LeaderElector:
         """Clock time at which the last successful acquire or renewal began (None before)."""
         return self._last_renewed
 
+    def holds(self) -> bool:
+        """Whether this replica may act now: it leads, and its last renewal is less than
+        the renew deadline ago by its own clock. False from the instant the elector would
+        give the Lease up, even if the task that gives it up has not run yet (say the
+        process was frozen), so no other replica can have taken over."""
+        if not self.leading.value or self._last_renewed is None:
+            return False
+        return self._clock.current_time() < self._last_renewed + self.renew_deadline_s
+
     def healthy(self, slack_s: float = HEALTHZ_SLACK_S) -> bool:
         """False while leading with no renewal for longer than lease duration + `slack_s`.
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+import httpx
 import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
 from trio_ccm.cloud.budget import DEFAULT_RATES, METHOD_FAMILIES, CloudBudget, Rate
+from trio_ccm.cloud.fence import GuardedTransport
 from trio_ccm.cloud.provider import (
     BulkInstances,
     CloudProvider,
@@ -29,7 +31,7 @@ from trio_ccm.cloud.provider import (
     ThrottledError,
     bulk_instances,
 )
-from trio_ccm.errors import RetryAfter
+from trio_ccm.errors import NotLeadingError, RetryAfter
 
 LIMIT_S = 1000  # virtual fail_after bound of every test
 NODE = NodeInfo(name="node-a")
@@ -799,3 +801,37 @@ async def test_unknown_families_and_methods_are_rejected(
         await budget.acquire("disks")
     with pytest.raises(ValueError, match="'initialize' is not a budgeted provider method"):
         await budget.call("initialize", trio.sleep, 0)
+
+
+async def test_the_guard_runs_before_each_call_and_each_request_inside_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The budget's guard runs before a provider call, and (through the fence's context)
+    before each request the provider sends inside it; once it refuses, nothing leaves."""
+    leading = [True]
+    sent: list[str] = []
+
+    def guard() -> None:
+        if not leading[0]:
+            raise NotLeadingError("not leading (test)")
+
+    class Recorder(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request.url.path)
+            return httpx.Response(200, request=request)
+
+    http = httpx.AsyncClient(transport=GuardedTransport(Recorder()), base_url="http://cloud")
+
+    async def two_requests() -> None:
+        await http.put("/first")
+        leading[0] = False  # the Lease is lost between the provider's two requests
+        await http.put("/second")
+
+    budget = CloudBudget(guard=guard)
+    with trio.fail_after(LIMIT_S):
+        with pytest.raises(NotLeadingError):
+            await budget.call("ensure_load_balancer", two_requests)
+        with pytest.raises(NotLeadingError):
+            await budget.call("ensure_load_balancer", two_requests)
+        await http.put("/outside")  # no budgeted call: no guard
+    assert sent == ["/first", "/outside"]

@@ -17,6 +17,7 @@ import httpx
 import msgspec
 
 from trio_ccm._version import __version__
+from trio_ccm.cloud.fence import GuardedTransport
 from trio_ccm.cloud.provider import ThrottledError
 from trio_ccm.cloud.sim.errors import SimCloudError
 from trio_ccm.cloud.sim.wire import ErrorWire
@@ -82,9 +83,10 @@ class SimClient:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
+            # The fence runs before each request (a frozen leader's requests never leave).
             self._http = httpx.AsyncClient(
                 base_url=self.url,
-                transport=self._transport,
+                transport=GuardedTransport(self._transport or httpx.AsyncHTTPTransport()),
                 timeout=httpx.Timeout(self._timeout_s),
                 headers={
                     REPLICA_HEADER: self.replica,
