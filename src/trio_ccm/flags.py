@@ -369,6 +369,26 @@ _FLAGS: Final = (
         "most Nodes in one batched cloud lookup",
         "ours",
     ),
+    _Flag(
+        "load_balancer_sweep_period_s",
+        "duration",
+        "how often load balancers the provider made are checked for leaks (Services gone, "
+        "recreated or retyped)",
+        "ours",
+    ),
+    _Flag(
+        "delete_leaked_load_balancers",
+        "bool",
+        "delete a leaked load balancer once it has been leaked for the grace period; "
+        "otherwise leaks are only reported",
+        "ours",
+    ),
+    _Flag(
+        "leaked_load_balancer_grace_s",
+        "duration",
+        "how long a load balancer must be seen leaked before it is deleted",
+        "ours",
+    ),
 )
 
 _BY_NAME: Final[Mapping[str, _Flag]] = MappingProxyType({spec.name: spec for spec in _FLAGS})

@@ -138,6 +138,10 @@ class Settings:
     cloud_rates: tuple[tuple[str, float, int], ...] = ()
     cloud_batch_window_s: float = 0.02
     cloud_batch_size: int = 200
+    # Ours: the sweep for leaked load balancers (providers with a LoadBalancerInventory).
+    load_balancer_sweep_period_s: float = 600.0
+    delete_leaked_load_balancers: bool = False
+    leaked_load_balancer_grace_s: float = 1800.0
     # Accepted-but-ineffective flags that were given, as "--name".
     ignored_flags: tuple[str, ...] = ()
 
@@ -315,6 +319,8 @@ _RANGES: Final[Mapping[str, tuple[float, float, bool]]] = MappingProxyType(
         # A batch that waits longer than this holds up every Node lookup it collects.
         "cloud_batch_window_s": (0.0, 5.0, False),
         "cloud_batch_size": (1, 10_000, False),
+        "load_balancer_sweep_period_s": (0.0, _DAY, True),
+        "leaked_load_balancer_grace_s": (0.0, 7 * _DAY, False),
     }
 )
 _RATE_QPS_MAX: Final = 10_000.0

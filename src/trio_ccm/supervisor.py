@@ -48,6 +48,7 @@ import datetime as dt
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Final
 
 import httpx
@@ -388,19 +389,25 @@ class _Replica:
                     await informer.wait_synced()
                 self.starts += 1
                 async with trio.open_nursery() as nursery:
-                    self.acting.value = True
                     for i, controller in enumerate(self.controllers):
                         if i and self.settings.controller_start_interval_s:
                             await trio.sleep(self.settings.controller_start_interval_s)
-                        nursery.start_soon(
-                            self.run_controller, controller, term, name=controller.name
+                        await nursery.start(
+                            partial(self.run_controller, controller, term), name=controller.name
                         )
+                    self.acting.value = True
                     await trio.sleep_forever()
         finally:
             self.acting.value = False
             self.term = None
 
-    async def run_controller(self, controller: Controller, term: GracefulCancelScope) -> None:
+    async def run_controller(
+        self,
+        controller: Controller,
+        term: GracefulCancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         ctx = ControllerContext(
             name=controller.name,
             settings=self.settings,
@@ -416,6 +423,7 @@ class _Replica:
         self.running[controller.name] = ctx
         self.running_gauge.labels(controller.name, _MANAGER).set(1)
         log.info("controller.started", controller=controller.name)
+        task_status.started()
         try:
             await controller.run(ctx)
         finally:

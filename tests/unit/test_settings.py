@@ -73,6 +73,9 @@ EFFECTIVE = [
     "--cloud-api-rate",
     "--cloud-batch-window",
     "--cloud-batch-size",
+    "--load-balancer-sweep-period",
+    "--delete-leaked-load-balancers",
+    "--leaked-load-balancer-grace",
 ]
 OPERATIONS_MD = Path(__file__).parents[2] / "docs" / "operations.md"
 
@@ -659,6 +662,9 @@ def _settings(draw: st.DrawFn) -> Settings:
         ),
         "cloud_batch_window_s": draw(_seconds(0, 5 * 10**9)),
         "cloud_batch_size": draw(st.integers(1, 10**4)),
+        "load_balancer_sweep_period_s": draw(_seconds(1, DAY_NS)),
+        "delete_leaked_load_balancers": draw(st.booleans()),
+        "leaked_load_balancer_grace_s": draw(_seconds(0, 7 * DAY_NS)),
         "ignored_flags": tuple(
             f"--{flag}" for flag in draw(st.lists(st.sampled_from(sorted(IGNORED)), unique=True))
         ),

@@ -16,6 +16,13 @@ Contract:
 - **Retries**: one actor per Service; `RetryAfter(d)` exactly, other errors 5 s → 300 s;
   a change by the Service's owner cuts a backoff short. A bad Service gets one Warning and
   no cloud call until it changes. One Service's errors never hold up another.
+- **Leaked load balancers** (when the provider offers a `LoadBalancerInventory`): every
+  `--load-balancer-sweep-period`, from the term's start, the load balancers the provider
+  made for this cluster are compared with the Services: one whose Service is gone, was
+  recreated (another name for the same namespace/name), or no longer wants one and has no
+  finalizer left is reported (a warning and `service_controller_leaked_load_balancers`);
+  with `--delete-leaked-load-balancers` it is deleted once it has stayed leaked for
+  `--leaked-load-balancer-grace`. Never while the Service cache is not synced.
 - State lives in one `_Record` per Service for the term, dropped by `_Term.forget`.
 
 Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
@@ -44,10 +51,13 @@ from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
     CloudProvider,
     ImplementedElsewhere,
+    LoadBalancerInventory,
     LoadBalancers,
     LoadBalancerStatus,
     NodeInfo,
+    OwnedLoadBalancer,
     ServiceRefused,
+    inventory,
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.govalues import parse_bool
@@ -256,6 +266,17 @@ class ServiceMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.leaked = prometheus_client.Gauge(
+            "service_controller_leaked_load_balancers",
+            "Load balancers the provider made for this cluster whose Service is gone, was "
+            "recreated or no longer wants one, at the last sweep.",
+            registry=registry,
+        )
+        self.leaks_deleted = prometheus_client.Counter(
+            "service_controller_leaked_load_balancers_deleted",
+            "Leaked load balancers deleted by the sweep (--delete-leaked-load-balancers).",
+            registry=registry,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +385,17 @@ class ServiceLbController(Controller):
                     period_s=DRIFT_CHECK_PERIOD_S,
                 )
             )
+            found = inventory(lbs)
+            if found is not None:
+                sweep = _Sweep(term, found)
+                nursery.start_soon(
+                    partial(
+                        serve_passes,
+                        sweep.sweep,
+                        name=f"{ctx.name}/sweep",
+                        period_s=ctx.settings.load_balancer_sweep_period_s,
+                    )
+                )
 
 
 class _Term:
@@ -829,3 +861,72 @@ class _Term:
             SERVICES, name, patch, namespace=namespace, subresource="status"
         )
         return written.metadata.resource_version
+
+
+class _Sweep:
+    """The sweep for leaked load balancers (one term): what was seen leaked, and since when."""
+
+    def __init__(self, term: _Term, inventory: LoadBalancerInventory) -> None:
+        self.term = term
+        self.inventory = inventory
+        self.since: dict[str, float] = {}  # load balancer name -> first seen leaked
+
+    async def sweep(self) -> None:
+        term, ctx = self.term, self.term.ctx
+        if not ctx.services.synced:
+            log.info("service.sweep-skipped", reason="the Service cache is not synced")
+            return
+        owned = await self.inventory.list_load_balancers(term.cluster)
+        now = trio.current_time()
+        leaks = {lb.name: (lb, why) for lb in owned if (why := self.leaked_because(lb))}
+        self.since = {name: self.since.get(name, now) for name in leaks}
+        term.metrics.leaked.set(len(leaks))
+        settings = ctx.settings
+        for name, (lb, why) in sorted(leaks.items()):
+            age = now - self.since[name]
+            if age == 0:
+                log.warning(
+                    "service.load-balancer-leaked",
+                    load_balancer=name,
+                    service=lb.key,
+                    reason=why,
+                    fix="deleted after --leaked-load-balancer-grace"
+                    if settings.delete_leaked_load_balancers
+                    else "delete it, or run with --delete-leaked-load-balancers",
+                )
+            if (
+                settings.delete_leaked_load_balancers
+                and age >= settings.leaked_load_balancer_grace_s
+            ):
+                await self.delete(lb, why)
+
+    def leaked_because(self, lb: OwnedLoadBalancer) -> str:
+        """Why `lb` serves no Service any more ("" when it does, or may soon)."""
+        service = self.term.ctx.services.get(lb.key)
+        if service is None:
+            return "its Service no longer exists"
+        if lb.uid and lb.uid != service.metadata.uid:
+            return f"its Service was recreated (uid {service.metadata.uid}, not {lb.uid})"
+        name = self.term.lbs.load_balancer_name(self.term.cluster, service_info(service))
+        if name != lb.name:
+            return f"its Service was recreated (its load balancer is now {name})"
+        if not wants_load_balancer(service) and not _has_finalizer(service):
+            return "its Service no longer wants a load balancer and has no finalizer"
+        return ""
+
+    async def delete(self, lb: OwnedLoadBalancer, why: str) -> None:
+        try:
+            await self.inventory.delete_leaked_load_balancer(self.term.cluster, lb)
+        except Exception as exc:  # one leak's failure is its own: the next sweep tries again
+            log.warning(
+                "service.leak-delete-failed", load_balancer=lb.name, service=lb.key, error=str(exc)
+            )
+            return
+        self.since.pop(lb.name, None)
+        self.term.metrics.leaks_deleted.inc()
+        log.info(
+            "service.leaked-load-balancer-deleted",
+            load_balancer=lb.name,
+            service=lb.key,
+            reason=why,
+        )

@@ -59,9 +59,11 @@ from trio_ccm.cloud.provider import (
     CloudProvider,
     InstanceMetadata,
     Instances,
+    LoadBalancerInventory,
     LoadBalancers,
     LoadBalancerStatus,
     NodeInfo,
+    OwnedLoadBalancer,
     Route,
     Routes,
     ServiceInfo,
@@ -93,6 +95,8 @@ METHOD_FAMILIES: Final[Mapping[str, str]] = MappingProxyType(
         "ensure_load_balancer": "load_balancers",
         "update_load_balancer": "load_balancers",
         "ensure_load_balancer_deleted": "load_balancers",
+        "list_load_balancers": "load_balancers",
+        "delete_leaked_load_balancer": "load_balancers",
         "list_routes": "routes",
         "create_route": "routes",
         "delete_route": "routes",
@@ -515,6 +519,24 @@ class _BudgetedLoadBalancers:
         )
 
 
+class _BudgetedInventoryLoadBalancers(_BudgetedLoadBalancers):
+    def __init__(
+        self, inner: LoadBalancers, inventory: LoadBalancerInventory, budget: CloudBudget
+    ) -> None:
+        super().__init__(inner, budget)
+        self._inventory = inventory
+
+    async def list_load_balancers(self, cluster: str) -> Sequence[OwnedLoadBalancer]:
+        return await self._budget.call(
+            "list_load_balancers", self._inventory.list_load_balancers, cluster
+        )
+
+    async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
+        await self._budget.call(
+            "delete_leaked_load_balancer", self._inventory.delete_leaked_load_balancer, cluster, lb
+        )
+
+
 class _BudgetedRoutes:
     def __init__(self, inner: Routes, budget: CloudBudget) -> None:
         self._inner = inner
@@ -551,7 +573,12 @@ class _BudgetedProvider:
         else:
             self.instances = _BudgetedInstances(instances, budget)
         lbs = inner.load_balancers
-        self.load_balancers = None if lbs is None else _BudgetedLoadBalancers(lbs, budget)
+        if lbs is None:
+            self.load_balancers = None
+        elif isinstance(lbs, LoadBalancerInventory):
+            self.load_balancers = _BudgetedInventoryLoadBalancers(lbs, lbs, budget)
+        else:
+            self.load_balancers = _BudgetedLoadBalancers(lbs, budget)
         routes = inner.routes
         self.routes = None if routes is None else _BudgetedRoutes(routes, budget)
 

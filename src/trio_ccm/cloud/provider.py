@@ -12,7 +12,10 @@ are then skipped with a log line):
   provider may also offer `BulkInstances.instances_metadata`, which answers for many Nodes
   in one cloud call; trio-ccm then coalesces concurrent per-Node lookups and serves the
   periodic address sync and lifecycle check from one bulk call per period.
-- `load_balancers` (`LoadBalancers`): one cloud load balancer per Service.
+- `load_balancers` (`LoadBalancers`): one cloud load balancer per Service. It may also
+  offer `LoadBalancerInventory` (list the load balancers made for this cluster, delete one
+  by what the list said), which the service controller's sweep for leaked load balancers
+  uses.
 - `routes` (`Routes`): pod-network routes per Node.
 
 Upstream's v1 `Instances` and `Zones` are folded into `instance_metadata` (as InstancesV2
@@ -44,10 +47,12 @@ __all__ = [
     "Instances",
     "InvalidProviderIDError",
     "LoadBalancerIngress",
+    "LoadBalancerInventory",
     "LoadBalancerStatus",
     "LoadBalancers",
     "NodeAddress",
     "NodeInfo",
+    "OwnedLoadBalancer",
     "PortStatus",
     "RetryAfter",
     "Route",
@@ -289,6 +294,36 @@ class LoadBalancers(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class OwnedLoadBalancer:
+    """A load balancer the provider made for this cluster, and the Service it was made for
+    (`uid` when the cloud keeps it; the controller also compares names)."""
+
+    name: str
+    namespace: str
+    service: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.service}"
+
+
+@runtime_checkable
+class LoadBalancerInventory(Protocol):
+    """Optional, beside `LoadBalancers`: what the sweep for leaked load balancers needs."""
+
+    async def list_load_balancers(self, cluster: str) -> Sequence[OwnedLoadBalancer]:
+        """Every load balancer this provider made for `cluster` (tagged, named, or kept so
+        that it can tell), whatever state its Service is in."""
+        ...
+
+    async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
+        """Delete a load balancer `list_load_balancers` returned, with everything the
+        provider made for it; succeed when it is gone already."""
+        ...
+
+
 @runtime_checkable
 class Routes(Protocol):
     @property
@@ -341,6 +376,11 @@ def default_load_balancer_name(service: ServiceInfo) -> str:
     dashes, at most 32 characters (a leading letter for GCE, 32 bytes for AWS). Providers
     that name load balancers this way adopt the ones the Go CCM made."""
     return ("a" + service.uid.replace("-", ""))[:MAX_LOAD_BALANCER_NAME]
+
+
+def inventory(lbs: LoadBalancers) -> LoadBalancerInventory | None:
+    """The provider's load-balancer inventory, when its `load_balancers` offers one."""
+    return lbs if isinstance(lbs, LoadBalancerInventory) else None
 
 
 def bulk_instances(instances: Instances) -> BulkInstances | None:

@@ -677,6 +677,8 @@ def test_method_families_cover_the_budgeted_methods() -> None:
             "ensure_load_balancer",
             "update_load_balancer",
             "ensure_load_balancer_deleted",
+            "list_load_balancers",
+            "delete_leaked_load_balancer",
             "list_routes",
             "create_route",
             "delete_route",

@@ -8,13 +8,20 @@ from trio_ccm.cloud.provider import (
     LoadBalancerIngress,
     LoadBalancerStatus,
     NodeInfo,
+    OwnedLoadBalancer,
     ServiceInfo,
     ServiceRefused,
     default_load_balancer_name,
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
 from trio_ccm.cloud.sim.errors import SimCloudError
-from trio_ccm.cloud.sim.wire import BackendsSpec, LoadBalancerSpec, LoadBalancerWire, PortSpec
+from trio_ccm.cloud.sim.wire import (
+    BackendsSpec,
+    LoadBalancerListWire,
+    LoadBalancerSpec,
+    LoadBalancerWire,
+    PortSpec,
+)
 
 # Upstream's v1.AnnotationLoadBalancerSourceRangesKey (providers sit beside the kube layer,
 # so the name is repeated here rather than imported from trio_ccm.kube.wellknown).
@@ -91,9 +98,7 @@ class SimLoadBalancers:
             description=service.annotations.get(ANNOTATION_DESCRIPTION, ""),
         )
         try:
-            response = await self._client.request(
-                "PutLoadBalancer", target, "PUT", path, body=spec
-            )
+            response = await self._client.request("PutLoadBalancer", target, "PUT", path, body=spec)
         except SimCloudError as exc:
             if exc.status == 400:  # the Service as written, not a passing fault
                 raise ServiceRefused(f"Service {service.key}: {exc}") from exc
@@ -118,3 +123,23 @@ class SimLoadBalancers:
         """Delete the load balancer; done already when the cloud has none."""
         target, path = self._where(cluster, service)
         await self._client.request("DeleteLoadBalancer", target, "DELETE", path, missing_ok=True)
+
+    # -- LoadBalancerInventory: the sweep for leaked load balancers --------------------------
+    async def list_load_balancers(self, cluster: str) -> list[OwnedLoadBalancer]:
+        """The cluster's load balancers, each with the Service (namespace/name) it serves."""
+        path = f"/v1/clusters/{segment(cluster)}/loadbalancers"
+        response = await self._client.request("ListLoadBalancers", cluster, "GET", path)
+        assert response is not None
+        listing = self._client.decode("ListLoadBalancers", cluster, response, LoadBalancerListWire)
+        owned = []
+        for lb in listing.load_balancers:
+            namespace, _, name = lb.service.partition("/")
+            owned.append(OwnedLoadBalancer(lb.name, namespace, name))
+        return owned
+
+    async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
+        """Delete a listed load balancer by its name; done already when it is gone."""
+        path = f"/v1/clusters/{segment(cluster)}/loadbalancers/{segment(lb.name)}"
+        await self._client.request(
+            "DeleteLoadBalancer", f"{cluster}/{lb.name}", "DELETE", path, missing_ok=True
+        )

@@ -30,6 +30,13 @@ class LoadBalancerWire(msgspec.Struct, frozen=True):
     name: str
     status: str = "active"
     ingress: list[IngressWire] = msgspec.field(default_factory=list)
+    service: str = ""
+
+
+class LoadBalancerListWire(msgspec.Struct, frozen=True):
+    load_balancers: list[LoadBalancerWire] = msgspec.field(
+        default_factory=list, name="loadBalancers"
+    )
 
 
 class RouteWire(msgspec.Struct, frozen=True):
