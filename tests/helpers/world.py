@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.apiserver import ApiError, ApiServer
 from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.factories import ready_condition
 from trio_ccm.testing.harness import RecordingTransport, register_node, run_ccm, virtual_now
@@ -98,6 +98,15 @@ class World:
     def service(self, name: str, namespace: str = "default") -> dict[str, Any]:
         found: dict[str, Any] = self.api.get("v1", "Service", name, namespace)
         return found
+
+    def service_exists(self, name: str, namespace: str = "default") -> bool:
+        try:
+            self.service(name, namespace)
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
 
     def taint_keys(self, name: str) -> list[str]:
         return [t["key"] for t in self.node(name)["spec"].get("taints", [])]
