@@ -108,6 +108,7 @@ async def test_a_wave_is_served_by_few_bulk_calls(autojump_clock: trio.testing.M
             world.register(name)
         with trio.fail_after(30):
             async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: len(world.transport.node_writes(names[-1])) == 2)
                 await wait_for(lambda: initialised(world, *names))
         # All 50 asked within one batch window: a single listing, at its end.
         lookups_made = world.cloud.calls_by("instances")

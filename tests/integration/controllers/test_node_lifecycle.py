@@ -111,7 +111,7 @@ async def test_a_listing_miss_is_confirmed_before_deleting(
         world.register("n1", taints=[], ready="False", provider_id=f"sim://{inst.zone}/{inst.id}")
         with trio.fail_after(30):
             async with world.running(NODE_CONTROLLERS, MONITOR_5S, wrap=forgetting({"n1"})):
-                await wait_for(lambda: calls(world).count((10.0, "GetInstance")) == 1)
+                await wait_for(lambda: calls(world).count((10.0, "GetInstance")) == 1, poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
         # Monitor passes at t=0, 5, 10: each a listing, then a direct question about n1
         # (and at t=0 the address sync's listing).
@@ -144,7 +144,7 @@ async def test_stopped_instance_taints_and_ready_untaints(
                 world.cloud.start(inst.id)
                 await world.set_ready("n1", "True")
                 world.cloud.clear_calls()
-                await wait_for(lambda: world.taint_keys("n1") == [])
+                await wait_for(lambda: world.taint_keys("n1") == [], poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
         # Tainted by the first monitor pass; untainted by the next one, on its period (not
         # when the Node turned Ready at t=1), with no cloud call.
@@ -166,7 +166,7 @@ async def test_one_bulk_listing_per_period(autojump_clock: trio.testing.MockCloc
             async with world.running(NODE_CONTROLLERS, MONITOR_5S):
                 await trio.sleep_until(1)
                 world.cloud.clear_calls()
-                await wait_for(lambda: len(calls(world)) == 2)
+                await wait_for(lambda: len(calls(world)) == 2, poll_s=1)
                 await trio.sleep_until(11)
         # Two monitor periods (t=5, t=10) plus none from the address sync (5 min).
         assert calls(world) == [(5.0, "ListInstances"), (10.0, "ListInstances")]
@@ -181,7 +181,7 @@ async def test_cloud_errors_never_delete(autojump_clock: trio.testing.MockClock)
         world.cloud.faults.error("instances", status=500, probability=1.0)
         with trio.fail_after(60):
             async with world.running(NODE_CONTROLLERS, MONITOR_5S):
-                await wait_for(lambda: len(calls(world)) == 5)
+                await wait_for(lambda: len(calls(world)) == 5, poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
         assert world.transport.writes == []
         # A failed pass is not retried early: the next one comes on the period. (At t=0

@@ -177,7 +177,7 @@ async def test_a_route_per_pod_cidr(
                 *route_flags(cluster_cidr), wrap=wrap if per_family_names else None
             ):
                 await wait_for(lambda: network(world, "node-b") == ROUTE_CREATED)
-                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
                 await trio.sleep_until(QUIET_S)
         assert table(world) == sorted(
             [("node-a", cidr) for cidr in cidrs] + [("node-b", "10.244.2.0/24")]
@@ -232,11 +232,11 @@ async def test_a_blackhole_route_a_node_still_wants_is_replaced_in_the_same_pass
         add_node(world, "node-a", ["10.244.1.0/24"])
         with trio.fail_after(60):
             async with world.running(*route_flags()):
-                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
                 (instance,) = world.cloud.instances()
                 world.cloud.terminate(instance.id)
                 assert [r.blackhole for r in world.cloud.routes(CLUSTER)] == [True]
-                await wait_for(lambda: len(times(world, "CreateRoute")) == 2)
+                await wait_for(lambda: len(times(world, "CreateRoute")) == 2, poll_s=1)
                 await trio.sleep(1)  # the pass's condition write, if any
         calls = [(c.time, c.method) for c in world.cloud.calls_by("routes", replica=REPLICA)]
         assert calls == [
@@ -292,7 +292,7 @@ async def test_network_unavailable_is_written_once(
             await cloud_route(world, "someone-elses", "node-a", foreign_route)
         with trio.fail_after(60):
             async with world.running(*route_flags()):
-                await wait_for(lambda: len(times(world, "ListRoutes")) == 3)
+                await wait_for(lambda: len(times(world, "ListRoutes")) == 3, poll_s=1)
                 await trio.sleep(1)  # the third pass's work
         assert times(world, "ListRoutes") == [0.0, 10.0, 20.0]
         assert network(world, "node-a") == expected
@@ -322,7 +322,7 @@ async def test_a_failed_create_is_reported_and_retried(
             async with world.running(*route_flags()):
                 await wait_for(lambda: network(world, "node-a") == NO_ROUTE_CREATED)
                 assert table(world) == []
-                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert table(world) == [("node-a", "10.244.1.0/24")]
         assert times(world, "CreateRoute") == [0.0, 10.0]
         assert status_writes(world, "node-a") == [0.0, 10.0]
@@ -353,7 +353,7 @@ async def test_a_failed_listing_is_retried_at_the_next_period(
                 await wait_for(lambda: len(times(world, "ListRoutes")) == 1)
                 await trio.sleep(QUIET_S)
                 assert (table(world), network(world, "node-a")) == ([], None)
-                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert times(world, "ListRoutes") == [0.0, 10.0]
         assert times(world, "CreateRoute") == [10.0]
         assert table(world) == [("node-a", "10.244.1.0/24")]
@@ -380,7 +380,7 @@ async def test_a_pod_cidr_change_triggers_a_pass_and_heartbeats_do_not(
                 await trio.sleep_until(5)
                 await world.set_ready("node-a", "True")
                 # A pass for the heartbeat would come at t=5; the next is the period's.
-                await wait_for(lambda: len(times(world, "ListRoutes")) == 3)
+                await wait_for(lambda: len(times(world, "ListRoutes")) == 3, poll_s=1)
         assert times(world, "ListRoutes") == [0.0, 3.0, 13.0]
         assert times(world, "CreateRoute") == [3.0]
         assert network(world, "node-a") == ROUTE_CREATED
@@ -471,7 +471,7 @@ async def test_a_create_waits_only_for_deletes_it_could_collide_with(
         world.cloud.faults.latency("DeleteRoute", fixed_s=0.5)
         with trio.fail_after(60):
             async with world.running(*route_flags()):
-                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert times(world, "DeleteRoute") == [0.0]
         assert times(world, "CreateRoute") == [create_at]
         assert table(world) == [("node-a", "10.244.1.0/24")]

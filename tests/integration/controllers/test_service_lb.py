@@ -258,7 +258,7 @@ async def test_retry_after_waits_exactly_and_backoff_grows(
         world.cloud.lb_provisioning_s = 7.0
         world.api.create(make_service("slow"))
         async with world.running(SERVICE_LB):
-            await wait_for(lambda: bool(ingress(world, "slow")))
+            await wait_for(lambda: bool(ingress(world, "slow")), poll_s=1)
             await trio.sleep(QUIET_S)
         assert calls(world, "PutLoadBalancer") == [0.0, 7.0]
         assert status_writes(world, "slow") == [0.0, 7.0]  # the finalizer, then the ingress
@@ -272,7 +272,8 @@ async def test_retry_after_waits_exactly_and_backoff_grows(
         world.api.create(make_service("flaky"))
         async with world.running(SERVICE_LB):
             with trio.fail_after(60):
-                await wait_for(lambda: bool(ingress(world, "flaky")))
+                # The times are the records': polling once a second only ends the wait.
+                await wait_for(lambda: bool(ingress(world, "flaky")), poll_s=1)
         puts = calls(world, "PutLoadBalancer")
         assert puts[0] == started
         gaps = [b - a for a, b in itertools.pairwise(puts)]
@@ -443,7 +444,7 @@ async def test_failed_delete_keeps_the_finalizer_and_retries(
             assert svc["metadata"]["finalizers"] == [FINALIZER]
             assert len(world.cloud.load_balancers()) == 1
             with trio.fail_after(60):
-                await wait_for(lambda: not world.service_exists("web"))
+                await wait_for(lambda: not world.service_exists("web"), poll_s=1)
             assert world.cloud.load_balancers() == []
         deletes = calls(world, "DeleteLoadBalancer")
         assert deletes[0] == 1.0
@@ -557,7 +558,7 @@ async def test_failed_backend_update_is_recorded_only_after_success(
             world.cloud.faults.error("SetLoadBalancerBackends", status=500, count=1)
             world.register("node-b", taints=[])
             with trio.fail_after(30):
-                await wait_for(lambda: backends(world, created) == ("node-a", "node-b"))
+                await wait_for(lambda: backends(world, created) == ("node-a", "node-b"), poll_s=1)
         failed = [e for e in await world.events() if e["reason"] == "UpdateLoadBalancerFailed"]
         assert len(failed) == 1
         assert failed[0]["message"].startswith(
@@ -605,7 +606,7 @@ async def test_restart_reverifies_gently_and_new_services_go_first(
         await trio.sleep_until(restarted)
         world.api.create(make_service("new"))
         async with world.running(*_budget(5.0, 10)):
-            await wait_for(lambda: len(calls(world, "PutLoadBalancer")) == 21)
+            await wait_for(lambda: len(calls(world, "PutLoadBalancer")) == 21, poll_s=1)
             await trio.sleep(QUIET_S)
         puts = world.cloud.calls_by("PutLoadBalancer")
         assert len(puts) == 21
@@ -654,7 +655,7 @@ async def test_backends_update_of_a_vanished_load_balancer_rebuilds_it(
             await trio.sleep_until(1)
             world.cloud.remove_load_balancer(lb_name(created))
             world.register("node-b", taints=[])
-            await wait_for(lambda: backends(world, created) == ("node-a", "node-b"))
+            await wait_for(lambda: backends(world, created) == ("node-a", "node-b"), poll_s=1)
         lb_calls = [(c.time, c.method, c.status) for c in world.cloud.calls_by("loadbalancers")]
         assert lb_calls == [
             (0.0, "PutLoadBalancer", 201),
