@@ -61,9 +61,3 @@ async def wait_converged(
     """Wait (the caller bounds it) until every Service has converged. `poll_s` only decides
     how soon the wait notices: read the times from the records."""
     await wait_for(lambda: not unconverged(world, names, nodes), poll_s=poll_s)
-
-
-def status_written_at(world: World, name: str) -> float:
-    """When the Service's status was last written: for a Service that converged through
-    an ensure, the moment it did."""
-    return world.transport.service_writes(name)[-1].at
