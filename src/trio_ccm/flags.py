@@ -373,7 +373,7 @@ _FLAGS: Final = (
         "load_balancer_sweep_period_s",
         "duration",
         "how often load balancers the provider made are checked for leaks (Services gone, "
-        "recreated or retyped)",
+        "recreated or retyped); 0s: never",
         "ours",
     ),
     _Flag(

@@ -319,7 +319,7 @@ _RANGES: Final[Mapping[str, tuple[float, float, bool]]] = MappingProxyType(
         # A batch that waits longer than this holds up every Node lookup it collects.
         "cloud_batch_window_s": (0.0, 5.0, False),
         "cloud_batch_size": (1, 10_000, False),
-        "load_balancer_sweep_period_s": (0.0, _DAY, True),
+        "load_balancer_sweep_period_s": (0.0, _DAY, False),  # 0s: no sweep
         "leaked_load_balancer_grace_s": (0.0, 7 * _DAY, False),
     }
 )

@@ -39,7 +39,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.kube import config_for
 from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
-from tests.integration.controllers.conftest import UNINITIALIZED, lb_service, ready_condition
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider
@@ -52,6 +51,8 @@ from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
 from trio_ccm.testing.cloud import SimCloud
+from trio_ccm.testing.factories import make_node, make_service, ready_condition
+from trio_ccm.testing.harness import EPOCH, virtual_now
 
 T = TypeVar("T")
 
@@ -391,15 +392,13 @@ async def test_the_aws_chart_args_with_routes_off_start_trio_ccm(tmp_path: Path)
 
 # -- 2. the Lease, shared with a Go CCM ------------------------------------------------------
 
-EPOCH = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
 RETRY_PERIOD_S = 2.0
 LEASE_DURATION_S = 15
 GO_IDENTITY = "ip-10-0-1-17.ec2.internal_0f6c1a52-8e3b-4d7a-9c21-5b4e7d0a9f13"
 
 
-def wall_clock() -> dt.datetime:
-    """Wall-clock time tied to Trio's (virtual) clock: EPOCH at t=0."""
-    return EPOCH + dt.timedelta(seconds=trio.current_time())
+wall_clock = virtual_now()
+"""Wall-clock time tied to Trio's (virtual) clock: EPOCH at t=0."""
 
 
 def stamp(t: float) -> str:
@@ -665,18 +664,7 @@ def register_node(api: ApiServer, cloud: SimCloud, name: str) -> str:
     """An instance, and its Node as kubelet --cloud-provider=external registers it; the
     instance's ID."""
     instance = cloud.add_instance(name)
-    api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "spec": {"taints": [UNINITIALIZED]},
-            "status": {
-                "conditions": [ready_condition("True")],
-                "addresses": [{"type": "Hostname", "address": name}],
-            },
-        }
-    )
+    api.create(make_node(name))
     return instance.id
 
 
@@ -1009,7 +997,7 @@ async def test_upstream_metric_names(
     in NOT_PROVIDED with the reason."""
     with trio.fail_after(300):
         async with open_swap(tmp_path, autojump_clock) as swap:
-            swap.api.create(lb_service("web"))
+            swap.api.create(make_service("web"))
             # One 503 for the Node list: the client retries it (rest_client_request_retries).
             swap.api.faults.inject_error(503, verb="list", resource="nodes", count=1)
             serving = await swap.start_trio_ccm(allocate_node_cidrs=True)

@@ -10,7 +10,6 @@ Together: the file is sufficient and nothing in it is spare.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import random
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ import trio.testing
 import yaml
 from prometheus_client import CollectorRegistry
 
-from tests.integration.controllers.conftest import EPOCH, UNINITIALIZED, ready_condition
 from trio_ccm.cloud.sim import SimProvider, provider_id
 from trio_ccm.kube.client import ForbiddenError, error_from_response
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
@@ -36,6 +34,8 @@ from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.cloud import SimCloud
+from trio_ccm.testing.factories import TAINT_UNINITIALIZED, make_node
+from trio_ccm.testing.harness import virtual_now
 
 RBAC_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 ADMIN_TOKEN = "admin-token"
@@ -70,8 +70,7 @@ def ccm_settings() -> Settings:
     )
 
 
-def now() -> dt.datetime:
-    return EPOCH + dt.timedelta(seconds=trio.current_time())
+now = virtual_now()
 
 
 # -- the manifest, and what it grants ------------------------------------------------------
@@ -279,21 +278,7 @@ def register(
 ) -> None:
     """A Node as kubelet --cloud-provider=external registers it (or, with the provider ID
     `initialized`, as the CCM left it)."""
-    spec: dict[str, Any] = {"taints": [] if initialized else [UNINITIALIZED]}
-    if initialized:
-        spec["providerID"] = initialized
-    api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "spec": spec,
-            "status": {
-                "conditions": [ready_condition(ready)],
-                "addresses": [{"type": "Hostname", "address": name}],
-            },
-        }
-    )
+    api.create(make_node(name, ready=ready, uninitialized=not initialized, provider_id=initialized))
 
 
 def web_service() -> dict[str, Any]:
@@ -499,7 +484,7 @@ async def test_the_manifest_is_sufficient_and_every_path_runs(
         node = outcome.node(name)
         assert node is not None
         assert node["spec"]["providerID"].startswith("sim://")
-        assert UNINITIALIZED["key"] not in [t["key"] for t in node["spec"].get("taints", [])]
+        assert TAINT_UNINITIALIZED not in [t["key"] for t in node["spec"].get("taints", [])]
     node_a = outcome.node("node-a")
     assert node_a is not None
     assert MOVED_IP in [a["address"] for a in node_a["status"]["addresses"]]

@@ -32,12 +32,12 @@ import httpx
 import trio
 
 from tests.helpers.processes import CLI, Lines, poll_until, running
-from tests.integration.controllers.conftest import lb_service
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import MERGE, Patch
 from trio_ccm.testing.cloud import write_cloud_config
+from trio_ccm.testing.factories import make_service
 
 SEED = 20261121
 SERVICE_COUNT = 50
@@ -247,7 +247,7 @@ async def test_kill_9_during_create_update_delete_leaks_nothing(tmp_path: Path) 
 
     async def create() -> None:
         for name in names:
-            await kube.create(SERVICES, lb_service(name, ports=PORTS), namespace="default")
+            await kube.create(SERVICES, make_service(name, ports=PORTS), namespace="default")
 
     async def update() -> None:
         for name in changed:

@@ -2,11 +2,13 @@
 
 The emulator, the simulated cloud and one replica run in-process under `MockClock`, so
 every time below is virtual and exact. The cloud's call log (`Call.time`: when a call
-arrived) is what the assertions read: how many calls, how fast, with which answers.
+arrived) and the recording transport (when each write was sent) are what the assertions
+read: how many calls, how fast, with which answers.
 
-Randomness that the test does not own (Trio's scheduling order, the backoff's jitter)
-can move a call by a budget slot or shorten a retry by up to 10 %; the bounds below allow
-for exactly that and nothing more.
+Randomness that the test does not own (which Service Trio schedules first, the backoff's
+jitter, which calls the faults hit) decides who gets a budget slot and shortens a retry by
+up to 10 %; it never moves the slots themselves, so those are asserted exactly, and the
+bounds below allow for the rest and nothing more.
 """
 
 from __future__ import annotations
@@ -22,61 +24,37 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.controllers.conftest import (
-    CountingTransport,
-    ProviderDouble,
-    World,
-    lb_name,
-    lb_service,
-    open_world,
-    running,
-    settings,
+from tests.helpers.services import (
+    BURST,
+    JITTER,
+    NODES,
+    QPS,
+    RETRY_BASE_S,
+    SERVICE_LB,
+    expected_delays,
+    register_nodes,
+    unconverged,
+    wait_converged,
 )
+from tests.helpers.world import ProviderDouble, moments, open_world
 from trio_ccm.cloud.provider import NodeInfo, ServiceInfo
 from trio_ccm.errors import CcmError
+from trio_ccm.testing import make_service, wait_for
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.cloud.model import Call
+from trio_ccm.testing.harness import RecordingTransport, Write
 
-FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
-DESCRIPTION = "sim.trio-ccm.dev/load-balancer-description"
-SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
-QPS, BURST = 5.0, 10  # the load-balancer family's budget in these tests
-SERVICE_LB = settings(
-    controllers=("service-lb-controller",), cloud_rates=(("load_balancers", QPS, BURST),)
-)
-NODES = ("node-a", "node-b", "node-c")
-RETRY_BASE_S, RETRY_CAP_S, JITTER = 5.0, 300.0, 0.1  # upstream's 5 s .. 300 s, ours
 # With 30 % of calls failing, a Service needs k attempts with probability 0.3**(k-1); the
 # backoff before the 11th attempt totals 1515 s. 80 Service-phases hit 11 attempts with
 # probability 80 * 0.3**10 < 1e-3 / 2, whatever order Trio schedules them in.
 CONVERGE_UNDER_ERRORS_S = 1600.0
+SLOT_S = 1 / QPS
 
 
-def unconverged(world: World, names: Sequence[str], nodes: Sequence[str]) -> list[str]:
-    """The Services without their load balancer on exactly `nodes`, the finalizer and the
-    load balancer's ingress in their status."""
-    left = []
-    for name in names:
-        svc = world.service(name)
-        lb = world.cloud.load_balancer(lb_name(svc))
-        ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress")
-        if (
-            lb is None
-            or lb.nodes != tuple(sorted(nodes))
-            or ingress != [{"ip": lb.ingress_ip}]
-            or FINALIZER not in svc["metadata"].get("finalizers", [])
-        ):
-            left.append(name)
-    return left
-
-
-async def wait_converged(
-    world: World, names: Sequence[str], nodes: Sequence[str], step_s: float = 0.5
-) -> float:
-    """Wait (the caller bounds it) until every Service has converged; returns when."""
-    while unconverged(world, names, nodes):  # noqa: ASYNC110 - no event tells: poll the world
-        await trio.sleep(step_s)
-    return trio.current_time()
+def budget_slots(start: float, count: int) -> list[float]:
+    """When `count` calls go out from a full budget while callers keep waiting: the burst
+    at `start`, then one every 1/QPS s."""
+    return moments([start] * BURST + [start + SLOT_S * k for k in range(1, count - BURST + 1)])
 
 
 def over_budget(calls: Sequence[Call], qps: float, burst: int) -> list[str]:
@@ -91,11 +69,6 @@ def over_budget(calls: Sequence[Call], qps: float, burst: int) -> list[str]:
     return found
 
 
-def register_nodes(world: World, names: Sequence[str] = NODES) -> None:
-    for name in names:
-        world.register(name, taints=[])
-
-
 # -- cloud errors -----------------------------------------------------------------------
 async def test_30_percent_errors_converge_within_the_budget(
     autojump_clock: trio.testing.MockClock,
@@ -107,12 +80,14 @@ async def test_30_percent_errors_converge_within_the_budget(
     async with open_world() as world:
         register_nodes(world)
         for name in names:
-            world.api.create(lb_service(name))
+            world.api.create(make_service(name))
         put = world.cloud.faults.error("PutLoadBalancer", status=500, probability=0.3)
         backends = world.cloud.faults.error("SetLoadBalancerBackends", status=500, probability=0.3)
-        async with running(world, SERVICE_LB):
+        async with world.running(*SERVICE_LB):
             with trio.fail_after(CONVERGE_UNDER_ERRORS_S):
                 await wait_converged(world, names, NODES)
+            await trio.sleep(BURST * SLOT_S)  # the budget refills
+            registered = trio.current_time()
             world.register("node-d", taints=[])
             with trio.fail_after(CONVERGE_UNDER_ERRORS_S):
                 await wait_converged(world, names, (*NODES, "node-d"))
@@ -120,6 +95,11 @@ async def test_30_percent_errors_converge_within_the_budget(
     assert put.fired >= 5
     assert backends.fired >= 5
     assert over_budget(calls, QPS, BURST) == []
+    # Whoever gets them, the budget's slots are taken as they come: the 40 first attempts
+    # (and any retry) from t=0, the 40 backends updates one coalescing second after node-d.
+    assert moments(c.time for c in calls[:40]) == budget_slots(0.0, 40)
+    update = [c.time for c in calls if c.time > registered]
+    assert moments(update[:40]) == budget_slots(registered + 1.0, 40)
     # One successful write per Service and phase, plus one call per failure and a look
     # (GetLoadBalancer) after each failed backend update: no call is wasted.
     failed = sum(c.status == 500 for c in calls)
@@ -138,29 +118,37 @@ async def test_throttling_converges_and_slows_the_budget_down(
     async with open_world() as world:
         register_nodes(world)
         for name in names:
-            world.api.create(lb_service(name))
+            world.api.create(make_service(name))
         throttle = world.cloud.faults.throttle("loadbalancers", rate_per_s=2, burst=4)
         world.cloud.faults.latency("loadbalancers", fixed_s=0.05)  # calls overlap
-        async with running(world, SERVICE_LB):
-            started = trio.current_time()
-            await trio.sleep(0.5)
-            # The first burst: 10 calls, 4 admitted, 6 throttled together: halved once.
-            assert [c.status for c in world.cloud.calls_by("loadbalancers")].count(429) == 6
-            qps = world.registry.get_sample_value(
-                "cloudprovider_api_budget_qps", {"family": "load_balancers"}
+        async with world.running(*SERVICE_LB):
+
+            def budget_qps() -> float | None:
+                return world.registry.get_sample_value(
+                    "cloudprovider_api_budget_qps", {"family": "load_balancers"}
+                )
+
+            # The first burst: 10 calls at once, 4 admitted, 6 throttled together: the
+            # budget halves its rate once, when the answers arrive (before its next slot).
+            await wait_for(
+                lambda: (
+                    len(world.cloud.calls_by("loadbalancers")) == BURST and budget_qps() == QPS / 2
+                )
             )
-            assert qps == QPS / 2
+            first = sorted((c.time, c.status) for c in world.cloud.calls_by("loadbalancers"))
+            assert first == [(0.0, 201)] * 4 + [(0.0, 429)] * 6
             with trio.fail_after(300):
                 await wait_converged(world, names, NODES)
             world.register("node-d", taints=[])
             with trio.fail_after(300):
-                done = await wait_converged(world, names, (*NODES, "node-d"))
+                await wait_converged(world, names, (*NODES, "node-d"))
         calls = world.cloud.calls_by("loadbalancers")
     throttled = [c for c in calls if c.status == 429]
     assert len(throttled) == throttle.throttled
     # Beyond the first burst's overshoot, the budget earns back 10 % of its rate every
-    # 10 s without a throttle: at most one new throttle per 10 s (and usually fewer).
-    assert len(throttled) <= (BURST - 4) + (done - started) / 10
+    # 10 s without a throttle: at most one new throttle per 10 s (and usually fewer),
+    # counted up to the last call.
+    assert len(throttled) <= (BURST - 4) + calls[-1].time / 10
     assert len(throttled) < len(calls) / 5
 
 
@@ -209,28 +197,27 @@ class _PoisonedLoadBalancers:
 
 
 async def _convergence_times(
-    names: Sequence[str], poison: Callable[[Any], Any] | None
+    names: Sequence[str],
+    poison: Callable[[Any], Any] | None,
+    settled: Callable[[], bool] = lambda: True,
 ) -> tuple[list[float], list[dict[str, Any]]]:
-    """When each Service converged, from the replica's start (0.05 s resolution), and the
-    SyncLoadBalancerFailed Events after another minute."""
+    """When each Service converged (its ingress was written), from the replica's start,
+    and the SyncLoadBalancerFailed Events once `settled()` holds."""
     async with open_world() as world:
         register_nodes(world)
         if poison is not None:
-            world.api.create(lb_service("poisoned"))  # first: first in line for the budget
+            world.api.create(make_service("poisoned"))  # first: first in line for the budget
         for name in names:
-            world.api.create(lb_service(name))
-        async with running(world, SERVICE_LB, wrap=poison):
-            started = trio.current_time()
-            done: dict[str, float] = {}
+            world.api.create(make_service(name))
+        started = trio.current_time()
+        async with world.running(*SERVICE_LB, wrap=poison):
             with trio.fail_after(60):
-                while len(done) < len(names):
-                    pending = [n for n in names if n not in done]
-                    for name in set(pending) - set(unconverged(world, pending, NODES)):
-                        done[name] = trio.current_time() - started
-                    await trio.sleep(0.05)
-            await trio.sleep(60)  # the poisoned Service keeps failing meanwhile
+                await wait_converged(world, names, NODES, poll_s=0.05)
+            with trio.fail_after(300):
+                await wait_for(settled, poll_s=1)
         warnings = await world.events("SyncLoadBalancerFailed")
-    return sorted(done.values()), warnings
+        done = [world.transport.service_writes(name)[-1].at - started for name in names]
+    return sorted(moments(done)), warnings
 
 
 @pytest.mark.parametrize(
@@ -252,14 +239,21 @@ async def test_a_service_whose_calls_always_fail_does_not_delay_others(
         poisoned.append(lbs)
         return ProviderDouble(provider, load_balancers=lbs)
 
-    beside, warnings = await _convergence_times(names, poison)
-    assert len(alone) == len(beside) == len(names)
-    assert all(b - a <= 1 / QPS + 0.05 for a, b in zip(alone, beside, strict=True)), (alone, beside)
-    # The failing Service was tried, and retried with backoff, not in a tight loop.
+    beside, warnings = await _convergence_times(
+        names, poison, settled=lambda: len(poisoned[0].attempts) >= 3
+    )
+    # Alone: the budget's burst of 10 at once, then one every 0.2 s. Beside: the failing
+    # Service's first attempt takes one slot of the burst, so the Services after the 9th
+    # are each one slot (1/QPS) later; its API writes delay nothing.
+    assert alone == budget_slots(0.0, len(names))
+    assert beside == alone[: BURST - 1] + moments(t + SLOT_S for t in alone[BURST - 1 :])
+    # The failing Service was tried first, and retried with backoff (5 s, 10 s, less
+    # their jitter, after each hang), not in a tight loop.
     (lbs,) = poisoned
     gaps = [b - a for a, b in itertools.pairwise(lbs.attempts)]
-    assert lbs.attempts
-    assert all(gap >= hang_s + (1 - JITTER) * RETRY_BASE_S for gap in gaps), gaps
+    assert len(gaps) >= 2
+    for gap, delay in zip(gaps, expected_delays(len(gaps)), strict=True):
+        assert hang_s + (1 - JITTER) * delay <= gap <= hang_s + delay + 1e-9, gaps
     assert {e["involvedObject"]["name"] for e in warnings} == {"poisoned"}
     assert "quota exceeded" in warnings[0]["message"]
 
@@ -276,11 +270,14 @@ async def test_cleanup_under_30_percent_errors_leaves_nothing(
     async with open_world() as world:
         register_nodes(world)
         for name in names:
-            world.api.create(lb_service(name))
-        async with running(world, SERVICE_LB):
+            world.api.create(make_service(name))
+        async with world.running(*SERVICE_LB):
             with trio.fail_after(60):
                 await wait_converged(world, names, NODES)
             world.cloud.clear_calls()
+            changed = 20.0
+            assert trio.current_time() <= changed - BURST * SLOT_S  # the budget refills
+            await trio.sleep_until(changed)
             get = world.cloud.faults.error("GetLoadBalancer", status=500, probability=0.3)
             delete = world.cloud.faults.error("DeleteLoadBalancer", status=500, probability=0.3)
             for name in deleted:
@@ -303,12 +300,14 @@ async def test_cleanup_under_30_percent_errors_leaves_nothing(
                 )
 
             with trio.fail_after(CONVERGE_UNDER_ERRORS_S):
-                while not cleaned():  # noqa: ASYNC110 - no event tells: poll the world
-                    await trio.sleep(0.5)
+                await wait_for(cleaned, poll_s=0.5)
             listed = (await world.http.get("/api/v1/namespaces/default/services")).json()
         calls = world.cloud.calls_by("loadbalancers")
     assert get.fired + delete.fired >= 5
     assert over_budget(calls, QPS, BURST) == []
+    # Each of the 30 looks, then deletes (60 calls at least): the budget's slots from the
+    # moment of the change, taken as they come.
+    assert moments(c.time for c in calls[:60]) == budget_slots(changed, 60)
     left = {s["metadata"]["name"] for s in listed["items"]} - {"kubernetes"}
     assert left == set(retyped) | set(kept)
     assert unconverged(world, kept, NODES) == []
@@ -316,14 +315,14 @@ async def test_cleanup_under_30_percent_errors_leaves_nothing(
         assert world.service(name).get("status", {}).get("loadBalancer", {}) == {}, name
 
 
-class _FailingTransport(CountingTransport):
+class _FailingTransport(RecordingTransport):
     """The replica's way to the emulator, answering 500 to the first request that the
     predicate given to `fail_once` selects (an API server failing one write)."""
 
     def __init__(self, server: ApiServer) -> None:
         super().__init__(server)
         self.matches: Callable[[httpx.Request], bool] | None = None
-        self.failed: list[str] = []
+        self.failed: list[Write] = []
 
     def fail_once(self, matches: Callable[[httpx.Request], bool]) -> None:
         self.matches = matches
@@ -331,7 +330,7 @@ class _FailingTransport(CountingTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self.matches is not None and self.matches(request):
             self.matches = None
-            self.failed.append(f"{request.method} {request.url.path}")
+            self.failed.append(Write(trio.current_time(), request.method, request.url.path))
             status = {
                 "kind": "Status",
                 "apiVersion": "v1",
@@ -364,10 +363,11 @@ async def test_a_failed_status_clear_is_retried_not_left_stale(
         failing = _FailingTransport(base.api)
         world = dataclasses.replace(base, transport=failing)
         register_nodes(world)
-        world.api.create(lb_service("web"))
-        async with running(world, SERVICE_LB):
+        world.api.create(make_service("web"))
+        async with world.running(*SERVICE_LB):
             with trio.fail_after(10):
                 await wait_converged(world, ["web"], NODES)
+            await trio.sleep_until(1)
             failing.fail_once(_clears_status)
             response = await world.http.patch(
                 "/api/v1/namespaces/default/services/web",
@@ -375,9 +375,25 @@ async def test_a_failed_status_clear_is_retried_not_left_stale(
                 headers={"content-type": "application/merge-patch+json"},
             )
             response.raise_for_status()
-            await trio.sleep(RETRY_CAP_S)
-        assert failing.failed == ["PATCH /api/v1/namespaces/default/services/web/status"]
+            with trio.fail_after(60):
+                await wait_for(
+                    lambda: not world.service("web").get("status", {}).get("loadBalancer")
+                )
+        assert failing.failed == [
+            Write(1.0, "PATCH", "/api/v1/namespaces/default/services/web/status")
+        ]
         assert world.cloud.load_balancers() == []
         web = world.service("web")
         assert web["metadata"].get("finalizers", []) == []
         assert web.get("status", {}).get("loadBalancer", {}) == {}, web["status"]
+        # At the change: the load balancer deleted, then the clear (failed, above). After
+        # the first retry delay (5 s, less its jitter): a look that finds the load balancer
+        # gone, the clear again and the finalizer's removal.
+        retried = {w.at for w in failing.service_writes("web") if w.at >= 1.0}
+        (retry,) = retried
+        assert 1.0 + (1 - JITTER) * RETRY_BASE_S <= retry <= 1.0 + RETRY_BASE_S
+        assert [(c.time, c.method) for c in world.cloud.calls_by("loadbalancers")][1:] == [
+            (1.0, "GetLoadBalancer"),
+            (1.0, "DeleteLoadBalancer"),
+            (retry, "GetLoadBalancer"),
+        ]

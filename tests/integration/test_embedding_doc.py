@@ -10,21 +10,12 @@ import trio
 import trio.testing
 
 from tests.helpers.kube import config_for
+from tests.helpers.supervisor import NoCapabilities
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
 
 DOC = Path(__file__).parents[2] / "docs" / "embedding.md"
-
-
-class NoCapabilities:
-    name = "none"
-    instances = None
-    load_balancers = None
-    routes = None
-
-    async def initialize(self) -> None:
-        pass
 
 
 def example() -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -18,7 +17,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from tests.helpers.kube import config_for
-from trio_ccm.actors.backoff import Backoff
+from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.errors import ConfigError
 from trio_ccm.kube.leader import LeaseLostError
@@ -28,21 +27,6 @@ from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.apiserver.errors import ApiError
 
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")
-
-
-class NoCapabilities:
-    """A cloud offering nothing: only extra controllers can run."""
-
-    name = "none"
-    instances = None
-    load_balancers = None
-    routes = None
-
-    def __init__(self) -> None:
-        self.initialized = 0
-
-    async def initialize(self) -> None:
-        self.initialized += 1
 
 
 class FixedJitter(random.Random):
@@ -64,49 +48,6 @@ class Link(httpx.AsyncBaseTransport):
             raise httpx.ConnectError("link cut by the test", request=request)
         response: httpx.Response = await self.inner.handle_async_request(request)
         return response
-
-
-@dataclass
-class Probe:
-    """An extra controller recording when it runs: (start, end) virtual times per term."""
-
-    name: str = "probe"
-    terms: list[list[float]] = field(default_factory=list)
-    handled: list[tuple[str, float]] = field(default_factory=list)
-    first_handled: trio.Event = field(default_factory=trio.Event)
-
-    def controller(self, *, disabled_by_default: bool = False) -> type[Controller]:
-        """A Controller class that reports to this probe."""
-        probe = self
-
-        class ProbeController(Controller):
-            name = probe.name
-            informers = frozenset({"nodes"})
-
-            async def run(self, ctx: ControllerContext) -> None:
-                await probe.run(ctx)
-
-        ProbeController.disabled_by_default = disabled_by_default
-        return ProbeController
-
-    async def run(self, ctx: ControllerContext) -> None:
-        term = [trio.current_time()]
-        self.terms.append(term)
-
-        async def handle(key: str, _node: object) -> None:
-            self.handled.append((key, trio.current_time()))
-            self.first_handled.set()
-
-        actors = ctx.keyed(handle, limiter=trio.CapacityLimiter(1), backoff=Backoff(1, 10))
-        try:
-            async with ctx.nodes.subscription() as mailbox:
-                await actors.serve(mailbox)
-        finally:
-            term.append(trio.current_time())
-
-    @property
-    def running(self) -> bool:
-        return bool(self.terms) and len(self.terms[-1]) == 1
 
 
 def settings(**changes: object) -> Settings:

@@ -8,7 +8,7 @@ import httpx
 import trio
 
 from tests.helpers.kube import config_for
-from tests.integration.test_supervisor import NoCapabilities, Probe
+from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer

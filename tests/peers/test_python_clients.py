@@ -158,6 +158,12 @@ class AsyncioPeer:
                     events.append((event["type"], event["object"]))
                     if event["type"] == until:
                         break
+                # Watch.close() only releases a half-read response to a pool that closes
+                # after it; close its socket here, and let the loop run the transport's
+                # close, or the socket is left for the garbage collector to warn about.
+                if watch.resp is not None:
+                    watch.resp.close()
+                await asyncio.sleep(0)
             return events
 
         return await in_asyncio(stream, abandon_on_cancel=True)

@@ -386,7 +386,7 @@ class ServiceLbController(Controller):
                 )
             )
             found = inventory(lbs)
-            if found is not None:
+            if found is not None and ctx.settings.load_balancer_sweep_period_s > 0:
                 sweep = _Sweep(term, found)
                 nursery.start_soon(
                     partial(

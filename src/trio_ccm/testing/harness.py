@@ -101,6 +101,11 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         path = f"/api/v1/nodes/{name}"
         return [w for w in self.writes if w.path in (path, path + "/status")]
 
+    def service_writes(self, name: str, namespace: str = "default") -> list[Write]:
+        """The writes to Service `namespace/name` (the object and its status)."""
+        path = f"/api/v1/namespaces/{namespace}/services/{name}"
+        return [w for w in self.writes if w.path in (path, path + "/status")]
+
 
 def register_node(api: ApiServer, name: str, **fields: Any) -> dict[str, Any]:
     """Register a Node as a kubelet with `--cloud-provider=external` does (see

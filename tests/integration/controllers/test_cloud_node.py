@@ -1,17 +1,51 @@
-"""cloud-node-controller against the emulator and the simulated cloud (both in-process)."""
+"""cloud-node-controller against the emulator and the simulated cloud (both in-process).
+
+Per-Node cloud lookups wait 20 ms to be batched (`--cloud-batch-window=20ms`), so a Node
+registered before the replica starts is initialised at exactly t=0.02.
+"""
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
 
 import pytest
 import trio
 import trio.testing
 
-from tests.integration.controllers.conftest import open_world, running, settings
+from tests.helpers.world import World, moments, open_world
+from trio_ccm.testing import wait_for
+from trio_ccm.testing.cloud.model import Call
+from trio_ccm.testing.harness import Write
 
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
 TYPE = "node.kubernetes.io/instance-type"
 UNINIT = "node.cloudprovider.kubernetes.io/uninitialized"
+NODE_CONTROLLERS = "--controllers=cloud-node,cloud-node-lifecycle"
+EVENTS = "/api/v1/namespaces/default/events"
+BATCH_S = 0.02
+RETRY_BASE_S, JITTER = 0.005, 0.1  # client-go's per-item 5 ms * 2^n; our jitter shortens
+
+
+def initialised(world: World, *names: str) -> bool:
+    return all(UNINIT not in world.taint_keys(name) for name in names)
+
+
+def lookups(world: World, name: str) -> list[Call]:
+    """The bulk lookups whose names include `name`."""
+    return [
+        c for c in world.cloud.calls_by("instances") if name in c.target.split("=")[-1].split(",")
+    ]
+
+
+def assert_backoff(times: Sequence[float], *, window_s: float) -> None:
+    """Attempts retried after 5 ms, 10 ms, 20 ms ... (jitter shortens each by <= 10 %),
+    each plus `window_s` of batching."""
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    for n, gap in enumerate(gaps):
+        delay = RETRY_BASE_S * 2**n
+        assert (1 - JITTER) * delay + window_s - 1e-9 <= gap <= delay + window_s + 1e-9, (n, times)
 
 
 async def test_initializes_a_node_with_two_writes_taint_last(
@@ -31,8 +65,9 @@ async def test_initializes_a_node_with_two_writes_taint_last(
             ],
         )
         with trio.fail_after(30):
-            async with running(world):
-                await trio.sleep(1)
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: len(world.transport.writes) == 3)
+                await trio.sleep(1)  # the echoes of both writes: nothing more
         node = world.node("node-a")
         assert node["spec"]["providerID"] == f"sim://zone-b/{inst.id}"
         labels = node["metadata"]["labels"]
@@ -47,9 +82,14 @@ async def test_initializes_a_node_with_two_writes_taint_last(
             {"type": "ExternalIP", "address": "203.0.113.9"},
             {"type": "Hostname", "address": "node-a"},
         ]
-        assert world.transport.node_writes("node-a") == [
-            ("PATCH", "/api/v1/nodes/node-a/status"),
-            ("PATCH", "/api/v1/nodes/node-a"),
+        # One batch window after the start: the one lookup, both writes, then the Event.
+        assert [(c.time, c.method) for c in world.cloud.calls_by("instances")] == [
+            (BATCH_S, "ListInstances")
+        ]
+        assert world.transport.writes == [
+            Write(BATCH_S, "PATCH", "/api/v1/nodes/node-a/status"),
+            Write(BATCH_S, "PATCH", "/api/v1/nodes/node-a"),
+            Write(BATCH_S, "POST", EVENTS),
         ]
         synced = await world.events("Synced")
         assert [(e["involvedObject"]["name"], e["message"]) for e in synced] == [
@@ -61,18 +101,26 @@ async def test_initializes_a_node_with_two_writes_taint_last(
 async def test_a_wave_is_served_by_few_bulk_calls(autojump_clock: trio.testing.MockClock) -> None:
     """50 Nodes registered at once are initialised concurrently with a handful of bulk
     lookups, not one cloud call per Node."""
+    names = [f"node-{i:02}" for i in range(50)]
     async with open_world() as world:
-        for i in range(50):
-            world.cloud.add_instance(f"node-{i:02}")
-            world.register(f"node-{i:02}")
+        for name in names:
+            world.cloud.add_instance(name)
+            world.register(name)
         with trio.fail_after(30):
-            async with running(world):
-                # 100 writes through the default client bucket (20/s, burst 30): 3.5 s.
-                await trio.sleep(4)
-        assert all(UNINIT not in world.taint_keys(f"node-{i:02}") for i in range(50))
-        lookups = world.cloud.calls_by("instances")
-        assert 1 <= len(lookups) <= 6
-        assert {c.method for c in lookups} == {"ListInstances"}
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: len(world.transport.node_writes(names[-1])) == 2)
+                await wait_for(lambda: initialised(world, *names))
+        # All 50 asked within one batch window: a single listing, at its end.
+        lookups_made = world.cloud.calls_by("instances")
+        assert [(c.time, c.method, c.target) for c in lookups_made] == [
+            (BATCH_S, "ListInstances", "names=" + ",".join(names))
+        ]
+        # 100 Node writes through the client bucket (20/s, burst 30): the burst at t=0.02,
+        # then one every 50 ms, the last at 0.02 + 70 * 0.05 = 3.52.
+        node_writes = moments(w.at for w in world.transport.writes if "/nodes/" in w.path)
+        assert len(node_writes) == 100
+        assert node_writes[:30] == [BATCH_S] * 30
+        assert node_writes[30:] == moments(BATCH_S + 0.05 * k for k in range(1, 71))
 
 
 async def test_existing_provider_id_is_kept_and_used(
@@ -84,12 +132,15 @@ async def test_existing_provider_id_is_kept_and_used(
         pid = f"sim://zone-a/{inst.id}"
         world.register("node-a", provider_id=pid)
         with trio.fail_after(30):
-            async with running(world):
-                await trio.sleep(1)
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: initialised(world, "node-a"))
         node = world.node("node-a")
         assert node["spec"]["providerID"] == pid
-        assert UNINIT not in world.taint_keys("node-a")
         assert node["metadata"]["labels"][ZONE] == "zone-a"
+        assert [(c.time, c.target) for c in world.cloud.calls_by("instances")] == [
+            (BATCH_S, f"ids={inst.id}")
+        ]
+        assert [w.at for w in world.transport.node_writes("node-a")] == [BATCH_S, BATCH_S]
 
 
 @pytest.mark.parametrize(
@@ -105,6 +156,8 @@ async def test_existing_provider_id_is_kept_and_used(
         pytest.param(
             "junk-ip",
             "",
+            # Today the Node is looked up, at every retry, before its annotation is found
+            # unusable.
             {"alpha.kubernetes.io/provided-node-ip": "banana"},
             id="provided-ip-junk",
         ),
@@ -118,24 +171,36 @@ async def test_bad_nodes_stay_tainted_and_never_stop_the_others(
 ) -> None:
     """A Node the cloud cannot describe (or whose annotations are wrong) keeps its taint and
     is retried; the good Nodes registered with it are initialised all the same."""
+    good = [f"good-{i}" for i in range(3)]
     async with open_world() as world:
         if name != "no-instance":
             world.cloud.add_instance(name)
         world.register(name, provider_id=provider_id, annotations=annotations)
-        for i in range(3):
-            world.cloud.add_instance(f"good-{i}")
-            world.register(f"good-{i}")
+        for node in good:
+            world.cloud.add_instance(node)
+            world.register(node)
         with trio.fail_after(30):
-            async with running(world) as serving:
-                await trio.sleep(5)
+            async with world.running(NODE_CONTROLLERS) as serving:
+                await wait_for(lambda: initialised(world, *good))
+                assert trio.current_time() < 2 * BATCH_S
+                # Retries 1 .. 9 wait 5 ms .. 1.28 s (2.56 s in all, plus a batch window
+                # each): all done by t=5.
+                await trio.sleep_until(5)
                 stats = serving.debug_actors()
         assert UNINIT in world.taint_keys(name)
-        assert all(UNINIT not in world.taint_keys(f"good-{i}") for i in range(3))
+        assert all(initialised(world, node) for node in good)
+        assert {w.at for w in world.transport.writes} == {BATCH_S}
+        assert world.transport.node_writes(name) == []
         controllers = stats["controllers"]
         assert isinstance(controllers, dict)
         actors = controllers["cloud-node-controller"]["managers"]["cloud-node-controller"]
-        assert actors["statistics"]["retries"] >= 3
-        assert actors["actors"][name]["failures"] >= 3
+        failures = actors["actors"][name]["failures"]
+        assert actors["statistics"]["retries"] == failures >= 10
+        # Every attempt is a lookup, the first in the good Nodes' batch.
+        attempts = [c.time for c in lookups(world, name)]
+        assert attempts[0] == BATCH_S
+        assert len(attempts) == failures
+        assert_backoff(attempts, window_s=BATCH_S)
 
 
 async def test_a_node_whose_instance_appears_later_is_initialised_by_retry(
@@ -145,12 +210,17 @@ async def test_a_node_whose_instance_appears_later_is_initialised_by_retry(
     async with open_world() as world:
         world.register("late")
         with trio.fail_after(60):
-            async with running(world):
+            async with world.running(NODE_CONTROLLERS):
                 await trio.sleep(3)
                 assert UNINIT in world.taint_keys("late")
                 world.cloud.add_instance("late")
-                await trio.sleep(20)
-        assert UNINIT not in world.taint_keys("late")
+                await wait_for(lambda: initialised(world, "late"))
+        attempts = [c.time for c in lookups(world, "late")]
+        assert_backoff(attempts, window_s=BATCH_S)
+        # The first attempt after t=3 finds the instance, and both writes go out with it.
+        found = [t for t in attempts if t > 3]
+        assert found == attempts[-1:]
+        assert [w.at for w in world.transport.node_writes("late")] == found * 2
 
 
 async def test_provided_node_ip_goes_first(autojump_clock: trio.testing.MockClock) -> None:
@@ -161,13 +231,16 @@ async def test_provided_node_ip_goes_first(autojump_clock: trio.testing.MockCloc
         )
         world.register("node-a", annotations={"alpha.kubernetes.io/provided-node-ip": "10.1.0.6"})
         with trio.fail_after(30):
-            async with running(world):
-                await trio.sleep(1)
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: initialised(world, "node-a"))
         assert world.node("node-a")["status"]["addresses"] == [
             {"type": "InternalIP", "address": "10.1.0.6"},
             {"type": "ExternalIP", "address": "203.0.113.1"},
             {"type": "Hostname", "address": "node-a"},
         ]
+        assert world.transport.node_writes("node-a")[0] == Write(
+            BATCH_S, "PATCH", "/api/v1/nodes/node-a/status"
+        )
 
 
 async def test_legacy_beta_labels_are_reconciled(autojump_clock: trio.testing.MockClock) -> None:
@@ -179,11 +252,16 @@ async def test_legacy_beta_labels_are_reconciled(autojump_clock: trio.testing.Mo
             labels={"failure-domain.beta.kubernetes.io/zone": "zone-z", ZONE: "stale"},
         )
         with trio.fail_after(30):
-            async with running(world):
-                await trio.sleep(1)
-        assert world.node("old")["metadata"]["labels"][ZONE] == "zone-z"
-        # No lookup for the Node itself: the one call is the periodic address sync's listing.
-        assert [c.method for c in world.cloud.calls_by("instances")] == ["ListInstances"]
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: world.node("old")["metadata"]["labels"][ZONE] == "zone-z")
+                await trio.sleep(1)  # its echo: nothing more
+        # At once (no cloud lookup to wait for), in one write.
+        assert world.transport.writes == [Write(0.0, "PATCH", "/api/v1/nodes/old")]
+        # No lookup for the Node itself: the one call is the periodic address sync's listing,
+        # made when the controller starts.
+        assert [(c.time, c.method) for c in world.cloud.calls_by("instances")] == [
+            (0.0, "ListInstances")
+        ]
 
 
 async def test_periodic_address_sync_uses_one_bulk_call_per_period(
@@ -196,17 +274,21 @@ async def test_periodic_address_sync_uses_one_bulk_call_per_period(
         for i in range(10):
             world.register(f"n{i}")
         with trio.fail_after(200):
-            async with running(world, settings(node_status_update_frequency_s=60.0)):
-                await trio.sleep(5)
+            async with world.running(NODE_CONTROLLERS, "--node-status-update-frequency=1m"):
+                await wait_for(lambda: initialised(world, *(f"n{i}" for i in range(10))))
                 world.cloud.clear_calls()
                 before = len(world.transport.writes)
                 world.cloud.set_addresses(insts[3].id, internal=["10.9.9.9"])
-                await trio.sleep(60)
-        sweep = world.cloud.calls_by("instances")
-        assert len(sweep) == 1
+                # The times are the call log's: polling once a second only ends the wait.
+                await wait_for(lambda: len(world.cloud.calls_by("instances")) == 2, poll_s=1)
+        # The periods count from the controller's start (t=0), not from the initialisations.
+        sweeps = world.cloud.calls_by("instances")
+        assert [(c.time, c.method) for c in sweeps] == [
+            (60.0, "ListInstances"),
+            (120.0, "ListInstances"),
+        ]
         assert world.node("n3")["status"]["addresses"][0] == {
             "type": "InternalIP",
             "address": "10.9.9.9",
         }
-        status_writes = [w for w in world.transport.writes[before:] if w[1].endswith("/status")]
-        assert status_writes == [("PATCH", "/api/v1/nodes/n3/status")]
+        assert world.transport.writes[before:] == [Write(60.0, "PATCH", "/api/v1/nodes/n3/status")]

@@ -1,4 +1,9 @@
-"""cloud-node-lifecycle-controller against the emulator and the simulated cloud."""
+"""cloud-node-lifecycle-controller against the emulator and the simulated cloud.
+
+The monitor passes run when the controller starts (t=0) and every --node-monitor-period
+after; the cloud-node-controller runs beside it, so its periodic address sync also lists
+the instances once at t=0.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,19 @@ from typing import Any
 import trio
 import trio.testing
 
-from tests.integration.controllers.conftest import open_world, running, settings
+from tests.helpers.world import World, open_world
 from trio_ccm.cloud.provider import InstanceMetadata, NodeInfo
+from trio_ccm.testing import wait_for
+from trio_ccm.testing.harness import Write
 
 SHUTDOWN = "node.cloudprovider.kubernetes.io/shutdown"
+NODE_CONTROLLERS = "--controllers=cloud-node,cloud-node-lifecycle"
+MONITOR_5S = "--node-monitor-period=5s"
+EVENTS = "/api/v1/namespaces/default/events"
+
+
+def calls(world: World) -> list[tuple[float, str]]:
+    return [(c.time, c.method) for c in world.cloud.calls_by("instances")]
 
 
 async def test_gone_instance_deletes_its_not_ready_node(
@@ -29,10 +43,25 @@ async def test_gone_instance_deletes_its_not_ready_node(
         world.cloud.terminate(gone.id)
         world.cloud.terminate(ready_gone.id)
         with trio.fail_after(30):
-            async with running(world):
-                await trio.sleep(1)
+            async with world.running(NODE_CONTROLLERS):
+                await wait_for(lambda: len(world.transport.writes) == 3)
+                await trio.sleep(1)  # the deletion's echo: nothing more
         names = [n["metadata"]["name"] for n in await world.nodes()]
         assert names == ["fine", "ready-gone"]
+        # The first monitor pass, at once: a listing of the NotReady Nodes, a direct
+        # question (by name) about the one it missed, the deletion and its Event. (The address sync
+        # lists all three and refreshes fine's addresses, which lack the cloud's IP.)
+        assert sorted(world.transport.writes, key=lambda w: (w.at, w.path)) == [
+            Write(0.0, "POST", EVENTS),
+            Write(0.0, "PATCH", "/api/v1/nodes/fine/status"),
+            Write(0.0, "DELETE", "/api/v1/nodes/gone"),
+        ]
+        listed = [(c.time, c.target) for c in world.cloud.calls_by("instances")]
+        assert sorted(listed) == [
+            (0.0, "name=gone"),
+            (0.0, "names=fine,gone"),
+            (0.0, "names=fine,gone,ready-gone"),
+        ]
         deleting = await world.events("DeletingNode")
         assert [e["message"] for e in deleting] == [
             "Deleting node gone because it does not exist in the cloud provider"
@@ -81,12 +110,21 @@ async def test_a_listing_miss_is_confirmed_before_deleting(
         inst = world.cloud.add_instance("n1")
         world.register("n1", taints=[], ready="False", provider_id=f"sim://{inst.zone}/{inst.id}")
         with trio.fail_after(30):
-            async with running(world, settings(node_monitor_period_s=5.0), wrap=forgetting({"n1"})):
-                await trio.sleep(12)
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S, wrap=forgetting({"n1"})):
+                await wait_for(lambda: calls(world).count((10.0, "GetInstance")) == 1, poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
-        methods = [c.method for c in world.cloud.calls_by("instances")]
-        # Monitor passes at t=0, 5, 10: each a listing, then a direct question about n1.
-        assert methods.count("GetInstance") == 3
+        # Monitor passes at t=0, 5, 10: each a listing, then a direct question about n1
+        # (and at t=0 the address sync's listing).
+        assert calls(world) == [
+            (0.0, "ListInstances"),
+            (0.0, "ListInstances"),
+            (0.0, "GetInstance"),
+            (5.0, "ListInstances"),
+            (5.0, "GetInstance"),
+            (10.0, "ListInstances"),
+            (10.0, "GetInstance"),
+        ]
+        assert world.transport.writes == []
         assert await world.events("DeletingNode") == []
 
 
@@ -100,15 +138,22 @@ async def test_stopped_instance_taints_and_ready_untaints(
         world.register("n1", taints=[], ready="Unknown")
         world.cloud.stop(inst.id)
         with trio.fail_after(60):
-            async with running(world, settings(node_monitor_period_s=5.0)):
-                await trio.sleep(1)
-                assert world.taint_keys("n1") == [SHUTDOWN]
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S):
+                await wait_for(lambda: world.taint_keys("n1") == [SHUTDOWN])
+                await trio.sleep_until(1)
                 world.cloud.start(inst.id)
                 await world.set_ready("n1", "True")
                 world.cloud.clear_calls()
-                await trio.sleep(5)
-                assert world.taint_keys("n1") == []
+                await wait_for(lambda: world.taint_keys("n1") == [], poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
+        # Tainted by the first monitor pass; untainted by the next one, on its period (not
+        # when the Node turned Ready at t=1), with no cloud call.
+        assert sorted(world.transport.node_writes("n1"), key=lambda w: (w.at, w.path)) == [
+            Write(0.0, "PATCH", "/api/v1/nodes/n1"),
+            Write(0.0, "PATCH", "/api/v1/nodes/n1/status"),  # the address sync's
+            Write(5.0, "PATCH", "/api/v1/nodes/n1"),
+        ]
+        assert world.cloud.calls == []
 
 
 async def test_one_bulk_listing_per_period(autojump_clock: trio.testing.MockClock) -> None:
@@ -118,13 +163,13 @@ async def test_one_bulk_listing_per_period(autojump_clock: trio.testing.MockCloc
             world.cloud.add_instance(f"n{i:02}")
             world.register(f"n{i:02}", taints=[], ready="False")
         with trio.fail_after(60):
-            async with running(world, settings(node_monitor_period_s=5.0)):
-                await trio.sleep(1)
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S):
+                await trio.sleep_until(1)
                 world.cloud.clear_calls()
-                await trio.sleep(10)
-        calls = world.cloud.calls_by("instances")
+                await wait_for(lambda: len(calls(world)) == 2, poll_s=1)
+                await trio.sleep_until(11)
         # Two monitor periods (t=5, t=10) plus none from the address sync (5 min).
-        assert [c.method for c in calls] == ["ListInstances", "ListInstances"]
+        assert calls(world) == [(5.0, "ListInstances"), (10.0, "ListInstances")]
         assert len(await world.nodes()) == 20
 
 
@@ -135,6 +180,13 @@ async def test_cloud_errors_never_delete(autojump_clock: trio.testing.MockClock)
         world.register("n1", taints=[], ready="False")
         world.cloud.faults.error("instances", status=500, probability=1.0)
         with trio.fail_after(60):
-            async with running(world, settings(node_monitor_period_s=5.0)):
-                await trio.sleep(20)
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S):
+                await wait_for(lambda: len(calls(world)) == 5, poll_s=1)
         assert [n["metadata"]["name"] for n in await world.nodes()] == ["n1"]
+        assert world.transport.writes == []
+        # A failed pass is not retried early: the next one comes on the period. (At t=0
+        # the address sync's listing fails too; it tries again in 5 min.)
+        assert calls(world) == [(0.0, "ListInstances")] * 2 + [
+            (t, "ListInstances") for t in (5.0, 10.0, 15.0)
+        ]
+        assert {c.status for c in world.cloud.calls_by("instances")} == {500}

@@ -12,23 +12,23 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.controllers.conftest import (
-    ProviderDouble,
-    World,
-    open_world,
-    running,
-    settings,
-)
+from tests.helpers.world import REPLICA, ProviderDouble, World, moments, open_world
 from trio_ccm.cloud.provider import NodeAddress, Route, Routes
-from trio_ccm.settings import Settings
+from trio_ccm.testing import wait_for
+from trio_ccm.testing.harness import Write
 
 CLUSTER = "kubernetes"
 NODES_STATUS = "/api/v1/nodes/{}/status"
 DUAL = "10.244.0.0/16,fd00:10:244::/56"
 
 
-def route_settings(cluster_cidr: str = "10.244.0.0/16", **changes: Any) -> Settings:
-    return settings(controllers=("node-route-controller",), cluster_cidr=cluster_cidr, **changes)
+QUIET_S = 2.0
+"""Past the 1 s minimum spacing of passes: a pass our own writes caused would show by then."""
+FAST_CLOUD = "--cloud-api-rate=routes=10000:10000"  # a budget that does not bind
+
+
+def route_flags(cluster_cidr: str = "10.244.0.0/16", *flags: str) -> tuple[str, ...]:
+    return ("--controllers=route", f"--cluster-cidr={cluster_cidr}", *flags)
 
 
 def add_node(
@@ -42,16 +42,7 @@ def add_node(
     """An initialised Node with these pod CIDRs (and, unless told not to, its instance)."""
     if instance:
         world.cloud.add_instance(name)
-    spec: dict[str, Any] = {"podCIDR": cidrs[0], "podCIDRs": list(cidrs)} if cidrs else {}
-    world.api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name},
-            "spec": spec,
-            "status": {"addresses": addresses or [{"type": "Hostname", "address": name}]},
-        }
-    )
+    world.register(name, taints=[], pod_cidrs=cidrs, addresses=addresses)
 
 
 async def patch_node(
@@ -79,7 +70,7 @@ def table(world: World) -> list[tuple[str, str]]:
 
 
 def times(world: World, method: str) -> list[float]:
-    return [c.time for c in world.cloud.calls_by(method, replica="ccm-a")]
+    return [c.time for c in world.cloud.calls_by(method, replica=REPLICA)]
 
 
 def network(world: World, name: str) -> tuple[str, str, str] | None:
@@ -89,8 +80,10 @@ def network(world: World, name: str) -> tuple[str, str, str] | None:
     return None
 
 
-def status_writes(world: World, name: str) -> int:
-    return world.transport.writes.count(("PATCH", NODES_STATUS.format(name)))
+def status_writes(world: World, name: str) -> list[float]:
+    """When the Node's status was written."""
+    path = NODES_STATUS.format(name)
+    return [w.at for w in world.transport.writes if w == Write(w.at, "PATCH", path)]
 
 
 ROUTE_CREATED = ("False", "RouteCreated", "RouteController created a route")
@@ -180,16 +173,19 @@ async def test_a_route_per_pod_cidr(
             return ProviderDouble(provider, routes=PerFamilyNames(provider.routes))
 
         with trio.fail_after(60):
-            async with running(
-                world, route_settings(cluster_cidr), wrap=wrap if per_family_names else None
+            async with world.running(
+                *route_flags(cluster_cidr), wrap=wrap if per_family_names else None
             ):
-                await trio.sleep(1)
+                await wait_for(lambda: network(world, "node-b") == ROUTE_CREATED)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
+                await trio.sleep_until(QUIET_S)
         assert table(world) == sorted(
             [("node-a", cidr) for cidr in cidrs] + [("node-b", "10.244.2.0/24")]
         )
         assert times(world, "ListRoutes") == [0.0]
         assert times(world, "CreateRoute") == [0.0] * (len(cidrs) + 1)
         assert network(world, "node-a") == network(world, "node-b") == ROUTE_CREATED
+        assert status_writes(world, "node-a") == status_writes(world, "node-b") == [0.0]
         assert network(world, "node-c") is None
         assert await world.events("FailedToCreateRoute") == []
 
@@ -220,10 +216,11 @@ async def test_only_stale_routes_inside_the_cluster_cidr_are_deleted(
         add_node(world, "node-a", ["10.244.1.0/24"] if "10.244" in cluster_cidr else [])
         await cloud_route(world, "other", target, cidr)
         with trio.fail_after(60):
-            async with running(world, route_settings(cluster_cidr)):
-                await trio.sleep(1)
+            async with world.running(*route_flags(cluster_cidr)):
+                await trio.sleep_until(QUIET_S)
         assert ((target, cidr) in table(world)) is not deleted
-        assert len(times(world, "DeleteRoute")) == int(deleted)
+        assert times(world, "ListRoutes") == [0.0]
+        assert times(world, "DeleteRoute") == ([0.0] if deleted else [])
 
 
 async def test_a_blackhole_route_a_node_still_wants_is_replaced_in_the_same_pass(
@@ -234,13 +231,14 @@ async def test_a_blackhole_route_a_node_still_wants_is_replaced_in_the_same_pass
     async with open_world() as world:
         add_node(world, "node-a", ["10.244.1.0/24"])
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(5)
+            async with world.running(*route_flags()):
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
                 (instance,) = world.cloud.instances()
                 world.cloud.terminate(instance.id)
                 assert [r.blackhole for r in world.cloud.routes(CLUSTER)] == [True]
-                await trio.sleep(6)
-        calls = [(c.time, c.method) for c in world.cloud.calls_by("routes", replica="ccm-a")]
+                await wait_for(lambda: len(times(world, "CreateRoute")) == 2, poll_s=1)
+                await trio.sleep(1)  # the pass's condition write, if any
+        calls = [(c.time, c.method) for c in world.cloud.calls_by("routes", replica=REPLICA)]
         assert calls == [
             (0.0, "ListRoutes"),
             (0.0, "CreateRoute"),
@@ -250,6 +248,7 @@ async def test_a_blackhole_route_a_node_still_wants_is_replaced_in_the_same_pass
         ]
         assert table(world) == [("node-a", "10.244.1.0/24")]
         assert network(world, "node-a") == ROUTE_CREATED
+        assert status_writes(world, "node-a") == [0.0]  # the condition held throughout
 
 
 async def test_a_removed_node_loses_its_route_at_once(
@@ -261,11 +260,10 @@ async def test_a_removed_node_loses_its_route_at_once(
         add_node(world, "node-a", ["10.244.1.0/24"])
         add_node(world, "node-b", ["10.244.2.0/24"])
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(3)
+            async with world.running(*route_flags()):
+                await trio.sleep_until(3)
                 (await world.http.delete("/api/v1/nodes/node-b")).raise_for_status()
-                await trio.sleep(1)
-                assert table(world) == [("node-a", "10.244.1.0/24")]
+                await wait_for(lambda: table(world) == [("node-a", "10.244.1.0/24")])
         assert times(world, "ListRoutes") == [0.0, 3.0]
         assert times(world, "DeleteRoute") == [3.0]
 
@@ -293,11 +291,12 @@ async def test_network_unavailable_is_written_once(
         if foreign_route:
             await cloud_route(world, "someone-elses", "node-a", foreign_route)
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(25)
+            async with world.running(*route_flags()):
+                await wait_for(lambda: len(times(world, "ListRoutes")) == 3, poll_s=1)
+                await trio.sleep(1)  # the third pass's work
         assert times(world, "ListRoutes") == [0.0, 10.0, 20.0]
         assert network(world, "node-a") == expected
-        assert status_writes(world, "node-a") == (0 if expected is None else 1)
+        assert status_writes(world, "node-a") == ([] if expected is None else [0.0])
         if expected is not None:
             (condition,) = [
                 c
@@ -320,15 +319,15 @@ async def test_a_failed_create_is_reported_and_retried(
         uid = world.node("node-a")["metadata"]["uid"]
         world.cloud.faults.error("CreateRoute", status=500, count=1)
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(5)
+            async with world.running(*route_flags()):
+                await wait_for(lambda: network(world, "node-a") == NO_ROUTE_CREATED)
                 assert table(world) == []
-                assert network(world, "node-a") == NO_ROUTE_CREATED
-                await trio.sleep(10)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert table(world) == [("node-a", "10.244.1.0/24")]
-        assert network(world, "node-a") == ROUTE_CREATED
         assert times(world, "CreateRoute") == [0.0, 10.0]
-        assert status_writes(world, "node-a") == 2
+        assert status_writes(world, "node-a") == [0.0, 10.0]
+        # The Warning, recorded by the failing pass.
+        assert [w.at for w in world.transport.writes if w.path.endswith("/events")] == [0.0]
         (event,) = await world.events("FailedToCreateRoute")
         assert event["type"] == "Warning"
         assert event["source"]["component"] == "route_controller"
@@ -350,13 +349,15 @@ async def test_a_failed_listing_is_retried_at_the_next_period(
         add_node(world, "node-a", ["10.244.1.0/24"])
         world.cloud.faults.error("ListRoutes", status=503, count=1)
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(5)
+            async with world.running(*route_flags()):
+                await wait_for(lambda: len(times(world, "ListRoutes")) == 1)
+                await trio.sleep(QUIET_S)
                 assert (table(world), network(world, "node-a")) == ([], None)
-                await trio.sleep(10)
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert times(world, "ListRoutes") == [0.0, 10.0]
+        assert times(world, "CreateRoute") == [10.0]
         assert table(world) == [("node-a", "10.244.1.0/24")]
-        assert network(world, "node-a") == ROUTE_CREATED
+        assert world.transport.writes == [Write(10.0, "PATCH", NODES_STATUS.format("node-a"))]
 
 
 async def test_a_pod_cidr_change_triggers_a_pass_and_heartbeats_do_not(
@@ -368,17 +369,18 @@ async def test_a_pod_cidr_change_triggers_a_pass_and_heartbeats_do_not(
     async with open_world() as world:
         add_node(world, "node-a")
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(3)
+            async with world.running(*route_flags()):
+                await trio.sleep_until(3)
                 await patch_node(
                     world,
                     "node-a",
                     {"spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}},
                 )
-                await trio.sleep(2)
-                assert table(world) == [("node-a", "10.244.1.0/24")]
+                await wait_for(lambda: table(world) == [("node-a", "10.244.1.0/24")])
+                await trio.sleep_until(5)
                 await world.set_ready("node-a", "True")
-                await trio.sleep(9)
+                # A pass for the heartbeat would come at t=5; the next is the period's.
+                await wait_for(lambda: len(times(world, "ListRoutes")) == 3, poll_s=1)
         assert times(world, "ListRoutes") == [0.0, 3.0, 13.0]
         assert times(world, "CreateRoute") == [3.0]
         assert network(world, "node-a") == ROUTE_CREATED
@@ -390,19 +392,18 @@ async def test_a_wave_of_node_changes_costs_a_pass_per_second(
     """500 Nodes registered over 5 s (one every 10 ms) cause one pass per second while the
     wave lasts, plus one for the last changes, and every Node gets its route."""
     async with open_world() as world:
-        fast = route_settings(
-            cloud_rates=(("routes", 10_000.0, 10_000),),
-            kube_api_qps=10_000.0,
-            kube_api_burst=10_000,
+        fast = route_flags(
+            "10.244.0.0/16", FAST_CLOUD, "--kube-api-qps=10000", "--kube-api-burst=10000"
         )
         with trio.fail_after(120):
-            async with running(world, fast):
-                await trio.sleep(1)
+            async with world.running(*fast):
+                await trio.sleep_until(1)
                 for i in range(500):
                     add_node(world, f"node-{i:03}", [f"10.244.{i // 250}.{i % 250}/32"])
                     await trio.sleep(0.01)
-                await trio.sleep(2)
-                assert len(table(world)) == 500
+                await wait_for(lambda: len(table(world)) == 500)
+                assert times(world, "CreateRoute")[-1] == 6.0
+                await trio.sleep_until(6 + QUIET_S)
         assert times(world, "ListRoutes") == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         assert all(network(world, f"node-{i:03}") == ROUTE_CREATED for i in range(500))
 
@@ -424,16 +425,16 @@ async def test_changed_addresses_replace_the_route_delete_first(
         add_node(world, "node-a", ["10.244.1.0/24"], addresses=first)
         world.cloud.faults.latency("DeleteRoute", fixed_s=0.5)
         with trio.fail_after(60):
-            async with running(world, route_settings(), wrap=wrap):
-                await trio.sleep(3)
+            async with world.running(*route_flags(), wrap=wrap):
+                await trio.sleep_until(3)
                 await patch_node(
                     world, "node-a", {"status": {"addresses": first[::-1]}}, status=True
                 )
-                await trio.sleep(2)
+                await trio.sleep_until(5)
                 assert [op for op, _, _ in routes[0].ops] == ["create", "created"]
                 second = [{"type": "InternalIP", "address": "10.0.0.6"}, first[1]]
                 await patch_node(world, "node-a", {"status": {"addresses": second}}, status=True)
-                await trio.sleep(2)
+                await wait_for(lambda: len(routes[0].ops) == 6)
         cidr = "10.244.1.0/24"
         assert routes[0].ops == [
             ("create", cidr, ("10.0.0.5", "a")),
@@ -469,8 +470,8 @@ async def test_a_create_waits_only_for_deletes_it_could_collide_with(
         add_node(world, "node-a", ["10.244.1.0/24"])
         world.cloud.faults.latency("DeleteRoute", fixed_s=0.5)
         with trio.fail_after(60):
-            async with running(world, route_settings()):
-                await trio.sleep(1)
+            async with world.running(*route_flags()):
+                await wait_for(lambda: network(world, "node-a") == ROUTE_CREATED, poll_s=1)
         assert times(world, "DeleteRoute") == [0.0]
         assert times(world, "CreateRoute") == [create_at]
         assert table(world) == [("node-a", "10.244.1.0/24")]
@@ -485,12 +486,8 @@ async def test_at_most_200_route_operations_at_once(autojump_clock: trio.testing
         for i in range(250):
             add_node(world, f"node-{i:03}", [f"10.244.{i}.0/24"], instance=False)
         world.cloud.faults.latency("CreateRoute", fixed_s=1.0)
-        cfg = route_settings(cloud_rates=(("routes", 10_000.0, 10_000),))
-        async with running(world, cfg):
-            await trio.sleep(5)
-        starts = times(world, "CreateRoute")
-        assert len(starts) == 250
-        first = min(starts)
-        assert sum(1 for t in starts if t == first) == 200
-        assert all(t == pytest.approx(first + 1.0) for t in starts if t != first)
-        assert len(world.cloud.routes()) == 250
+        with trio.fail_after(60):
+            async with world.running(*route_flags("10.244.0.0/16", FAST_CLOUD)):
+                await wait_for(lambda: len(world.cloud.routes()) == 250)
+        starts = moments(times(world, "CreateRoute"))
+        assert starts == [0.0] * 200 + [1.0] * 50
