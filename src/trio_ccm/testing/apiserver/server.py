@@ -6,15 +6,15 @@ import datetime as dt
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 import msgspec
 import trio
 import yaml
 
 from trio_ccm._version import __version__
+from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
 from trio_ccm.testing.apiserver import discovery, errors, tables
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
@@ -70,61 +70,25 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 KUBERNETES_VERSION = (1, 33)
 
 
-class StreamAborted(Exception):  # noqa: N818 - a signal to the front doors, not an error
-    """A streamed response must end as a broken connection (injected reset)."""
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: Mapping[str, list[str]] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
-    body: bytes = b""
-
-    @classmethod
-    def build(
-        cls,
-        method: str,
-        path: str,
-        query_string: str,
-        headers: Iterable[tuple[str, str]],
-        body: bytes,
-    ) -> Request:
-        query = parse_qs(query_string, keep_blank_values=True)
-        lowered: dict[str, str] = {}
-        for name, value in headers:
-            key = name.lower()
-            lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
-        return cls(method.upper(), path, query, lowered, body)
-
-    def arg(self, name: str, default: str = "") -> str:
-        values = self.query.get(name)
-        return values[-1] if values else default
-
-    def flag(self, name: str) -> bool:
-        return self.arg(name).lower() in ("true", "1")
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes | AsyncIterator[bytes]
-    content_type: str = JSON_TYPE
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    # Run when the response is closed, even if its body was never read (watch streams).
-    cleanup: Callable[[], None] | None = None
-
-    def all_headers(self) -> list[tuple[str, str]]:
-        return [
-            ("content-type", self.content_type),
-            ("cache-control", "no-cache, private"),
-            *self.headers,
-        ]
+def respond(
+    status: int,
+    body: Body,
+    content_type: str = JSON_TYPE,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    cleanup: Callable[[], None] | None = None,
+) -> Response:
+    """A response with the headers every answer of kube-apiserver carries."""
+    return Response(
+        status,
+        body,
+        [("content-type", content_type), ("cache-control", "no-cache, private"), *headers],
+        cleanup,
+    )
 
 
 def _json(status: int, body: Any, content_type: str = JSON_TYPE) -> Response:
-    return Response(status, encode(body), content_type)
+    return respond(status, encode(body), content_type)
 
 
 def error_response(exc: ApiError) -> Response:
@@ -273,6 +237,9 @@ class ApiServer:
 
     # -- handling ---------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
+        """Answer one request (the handler behind both front doors)."""
+        if self.faults.refusing():
+            raise Refused("emulated outage")
         try:
             return await self._handle(request)
         except ApiError as exc:
@@ -456,9 +423,9 @@ class ApiServer:
             return _json(status, body)
         external = self.registry.external(rtype, obj)
         if wants == "yaml":
-            return Response(status, yaml.safe_dump(external).encode(), YAML_TYPE)
+            return respond(status, yaml.safe_dump(external).encode(), YAML_TYPE)
         if raw is not None and rtype.to_external is None:
-            return Response(status, raw)
+            return respond(status, raw)
         return _json(status, external)
 
     # -- resources --------------------------------------------------------------------
@@ -609,12 +576,12 @@ class ApiServer:
                 "metadata": meta,
                 "items": [self.registry.external(rtype, s.obj) for s in result.items],
             }
-            return Response(200, yaml.safe_dump(listed).encode(), YAML_TYPE)
+            return respond(200, yaml.safe_dump(listed).encode(), YAML_TYPE)
         head = encode(
             {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta}
         )
         items = self._raw_items(rtype, result.items)
-        return Response(200, head[:-1] + b',"items":[' + b",".join(items) + b"]}")
+        return respond(200, head[:-1] + b',"items":[' + b",".join(items) + b"]}")
 
     def _raw_items(self, rtype: ResourceType, items: list[Stored]) -> list[bytes]:
         if rtype.to_external is None:
@@ -679,12 +646,12 @@ class ApiServer:
             # Upstream answers 200 and one ERROR event; for a version it has not reached
             # it first waits up to 3 s for its cache to catch up.
             delay = 3.0 if exc.code == 504 else 0.0
-            return Response(200, _error_event(exc, delay))
+            return respond(200, _error_event(exc, delay))
         render = self._renderer(request, rtype, wants)
         stream = self._stream(
             watcher, replay, rtype, render, timeout_s, bookmarks, at if initial_end else None
         )
-        return Response(200, stream, cleanup=lambda: watcher.close("response closed"))
+        return respond(200, stream, cleanup=lambda: watcher.close("response closed"))
 
     @staticmethod
     def _validate_watch_options(request: Request, bookmarks: bool) -> None:
@@ -998,7 +965,7 @@ class ApiServer:
         self._authorize(Attributes(user, verb, False, path=path))
         stripped = path.rstrip("/") or "/"
         if stripped in ("/healthz", "/livez", "/readyz"):
-            return Response(200, b"ok", "text/plain; charset=utf-8")
+            return respond(200, b"ok", "text/plain; charset=utf-8")
         if stripped == "/version":
             major, minor = self.version
             return _json(
