@@ -8,7 +8,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import (
+from tests.helpers.emulator import (
     JSON_PATCH,
     MERGE,
     NODES,
