@@ -411,7 +411,7 @@ class Transcriber:
             number = int(proto_parts[1]) if len(proto_parts) > 1 else None
             if json_name == "-" or (member.name and not member.name[0].isupper()):
                 continue
-            if not member.name or "inline" in options.split(","):
+            if (not member.name and not json_name) or "inline" in options.split(","):
                 sub_package, sub_name = self.resolve(go, member.gotype)
                 if (sub_package, sub_name) == (f"{MACHINERY}/pkg/apis/meta/v1", "TypeMeta"):
                     inline.append(
@@ -423,6 +423,7 @@ class Transcriber:
                     {**self.ref(sub_package, sub_name), **({"proto": number} if number else {})}
                 )
                 continue
+            json_name = json_name or member.name
             member_markers = markers(member.comments)
             prop = self.shape(go, member.gotype)
             enum_lines = prop.pop("x-enum-descriptions", None)
@@ -442,6 +443,8 @@ class Transcriber:
             ):
                 if marker in member_markers:
                     prop[extension] = member_markers[marker][0]
+            if "default" in member_markers and not member_markers["default"][0].startswith("ref("):
+                prop["default"] = json.loads(member_markers["default"][0])
             if "listMapKey" in member_markers:
                 prop["x-kubernetes-list-map-keys"] = member_markers["listMapKey"]
             if "patchStrategy" in member.tags:

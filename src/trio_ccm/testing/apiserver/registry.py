@@ -1,14 +1,25 @@
-"""Create, update, patch and delete with upstream's generic-registry semantics.
+"""Create, update, patch, apply and delete with upstream's generic-registry semantics.
 
 What is the same for every kind lives here (metadata rules, optimistic concurrency,
 preconditions, finalizers and graceful deletion, status subresources, generation, no-op
-updates, dry runs); what differs lives in each kind's strategy (`kinds.py`).
+updates, dry runs, managed fields, server-side apply); what differs lives in each kind's
+strategy (`kinds/`).
+
+Contracts:
+- Every write through the API names a field manager (`Write.manager`) and records what it
+  owns in `metadata.managedFields` (see `managed.py`); a write through the Python API
+  (`Write.manager` None) leaves the managed fields as they were.
+- Managed fields are computed after defaulting and before allocation, so defaulted fields
+  belong to the writer and allocated ones (cluster IPs, node ports) to nobody, as upstream.
+- An update that changes nothing writes nothing and keeps the resourceVersion.
+- A dry run validates and allocates exactly as a real write, then gives everything back.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from trio_ccm.testing.apiserver import errors
@@ -17,6 +28,9 @@ from trio_ccm.testing.apiserver import patch as patches
 from trio_ccm.testing.apiserver.errors import ApiError
 from trio_ccm.testing.apiserver.fielderrors import FieldError
 from trio_ccm.testing.apiserver.kinds import ResourceType
+from trio_ccm.testing.apiserver.managed import FieldManager
+from trio_ccm.testing.apiserver.managed import Request as ManagedRequest
+from trio_ccm.testing.apiserver.schema import Schema, Shape, load_schema
 from trio_ccm.testing.apiserver.store import (
     Obj,
     Preconditions,
@@ -37,6 +51,18 @@ APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)
 
 TokenIssuer = Callable[[str, str], str]  # (namespace, service account) -> token
+Check = Callable[[Obj], Obj]  # field validation of a patched object: raise, or prune
+
+
+@dataclass(frozen=True)
+class Write:
+    """How a write reached the registry: who wrote (None: the Python API), through which
+    endpoint, and what checks the object a patch or an apply produced."""
+
+    manager: str | None = None
+    subresource: str = ""
+    dry_run: bool = False
+    check: Check | None = None
 
 
 def _mask_trailing_dash(prefix: str) -> str:
@@ -101,9 +127,34 @@ def validate_metadata(rtype: ResourceType, obj: Obj) -> list[FieldError]:
 class Registry:
     """The write path for stored kinds."""
 
-    def __init__(self, store: Store, *, token_issuer: TokenIssuer | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token_issuer: TokenIssuer | None = None,
+        schema: Schema | None = None,
+    ) -> None:
         self.store = store
         self.token_issuer = token_issuer
+        self.schema = schema or load_schema()
+        self.fields = FieldManager(self.schema, store.now)
+
+    def shape(self, rtype: ResourceType) -> Shape:
+        """The schema of a kind's objects (in the form of `rtype`'s group-version)."""
+        definition = self.schema.for_kind(rtype.group, rtype.version, rtype.kind)
+        if definition is None:
+            raise KeyError(f"no schema for {rtype.kind} in {rtype.api_version}")
+        return {"$ref": definition.name}
+
+    def _managed_request(self, rtype: ResourceType, write: Write) -> ManagedRequest:
+        assert write.manager is not None
+        stype = self.stored_type(rtype)
+        return ManagedRequest(
+            write.manager,
+            stype.api_version,
+            write.subresource,
+            rtype.strategy.status_subresource,
+        )
 
     # -- representation ---------------------------------------------------------------
     def internal(self, rtype: ResourceType, body: Obj) -> Obj:
@@ -168,8 +219,19 @@ class Registry:
 
     # -- create -----------------------------------------------------------------------
     def create(
-        self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        write: Write | None = None,
+        managed: list[Obj] | None = None,
     ) -> Obj:
+        """Create an object; `managed` are its managedFields when the caller computed them
+        (a server-side apply that creates)."""
+        write = write or Write(dry_run=dry_run)
+        dry_run = write.dry_run
         body = self._check_type(rtype, body)
         obj = self.internal(rtype, clone(body))
         stype = self.stored_type(rtype)
@@ -212,6 +274,12 @@ class Registry:
         self._check_namespace(rtype, namespace)
         if self.store.lookup(stype, namespace if rtype.namespaced else "", name) is not None:
             raise errors.already_exists(rtype.plural, rtype.group, name)
+        if managed is None and write.manager is not None:
+            managed = self.fields.update(
+                None, obj, self.shape(stype), self._managed_request(rtype, write)
+            )
+        if managed:
+            meta["managedFields"] = managed
         errs = strategy.allocate(obj, None)
         if errs:
             raise self._invalid(rtype, name, errs)
@@ -246,8 +314,11 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        write: Write | None = None,
     ) -> tuple[Obj, bool]:
         """Returns the object and whether it was created (PUT on create-on-update kinds)."""
+        write = write or Write(subresource=subresource, dry_run=dry_run)
+        subresource, dry_run = write.subresource, write.dry_run
         body = self._check_type(rtype, body)
         new = self.internal(rtype, clone(body))
         meta = new["metadata"]
@@ -267,12 +338,12 @@ class Registry:
         if current is None:
             if rtype.strategy.create_on_update and not subresource:
                 meta["name"] = name
-                return self.create(rtype, namespace, body, dry_run=dry_run), True
+                return self.create(rtype, namespace, body, write=write), True
             raise errors.not_found(rtype.plural, rtype.group, name)
         rv = meta.get("resourceVersion", "")
         if rv and rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
-        return self._apply_update(rtype, stype, current, new, subresource, dry_run), False
+        return self._apply_update(rtype, stype, current, new, write), False
 
     def _apply_update(
         self,
@@ -280,9 +351,10 @@ class Registry:
         stype: ResourceType,
         current: Stored,
         new: Obj,
-        subresource: str,
-        dry_run: bool,
+        write: Write,
+        managed: list[Obj] | None = None,
     ) -> Obj:
+        subresource, dry_run = write.subresource, write.dry_run
         strategy = rtype.strategy
         old = current.obj
         name = old["metadata"]["name"]
@@ -329,6 +401,16 @@ class Registry:
         )
         if errs:
             raise self._invalid(rtype, name, errs)
+        if managed is None and write.manager is not None:
+            managed = self.fields.update(
+                old, new, self.shape(stype), self._managed_request(rtype, write)
+            )
+        elif managed is None:
+            managed = old_meta.get("managedFields")
+        if managed:
+            meta["managedFields"] = managed
+        else:
+            meta.pop("managedFields", None)
         if new == old:
             return old  # a no-op update writes nothing and keeps the resourceVersion
         if (
@@ -365,7 +447,9 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        write: Write | None = None,
     ) -> Obj:
+        write = write or Write(subresource=subresource, dry_run=dry_run)
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
         original = self.external(rtype, current.obj)
@@ -384,6 +468,8 @@ class Registry:
             raise errors.unprocessable(exc.message) from exc
         if not isinstance(patched, dict):
             raise errors.bad_request("the patched object is not a JSON object")
+        if write.check is not None:
+            patched = write.check(patched)
         patched = self._check_type(rtype, clone(patched))
         new = self.internal(rtype, patched)
         meta = new["metadata"]
@@ -394,7 +480,66 @@ class Registry:
         rv = meta.get("resourceVersion", "")
         if rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
-        return self._apply_update(rtype, stype, current, new, subresource, dry_run)
+        return self._apply_update(rtype, stype, current, new, write)
+
+    # -- server-side apply ------------------------------------------------------------
+    def apply(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        config: Any,
+        *,
+        write: Write,
+        force: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply of `config` by `write.manager`; returns the object and whether
+        it was created. Conflicts with other managers are 409 unless `force`."""
+        assert write.manager is not None
+        config = self._check_type(rtype, config)
+        meta = config["metadata"]
+        if meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        if meta.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
+            )
+        if rtype.namespaced and meta.get("namespace", namespace) != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        config.setdefault("apiVersion", rtype.api_version)
+        config.setdefault("kind", rtype.kind)
+        stype = self.stored_type(rtype)
+        current = self.store.lookup(stype, namespace, name)
+        live = self.external(rtype, current.obj) if current is not None else None
+        if write.subresource and live is None:
+            raise errors.not_found(rtype.plural, rtype.group, name)
+        gvk = f"{rtype.api_version if rtype.group else '/' + rtype.version}, Kind={rtype.kind}"
+        merged = self.fields.apply(
+            clone(live) if live is not None else None,
+            config,
+            self.shape(rtype),
+            self._managed_request(rtype, write),
+            force=force,
+            name=name,
+            namespace=namespace if rtype.namespaced else "",
+            gvk=gvk,
+        )
+        if write.check is not None:
+            merged = write.check(merged)
+        managed = merged["metadata"].pop("managedFields")
+        if current is None:
+            merged["metadata"]["name"] = name
+            return self.create(rtype, namespace, merged, write=write, managed=managed), True
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
+        new = self.internal(rtype, self._check_type(rtype, merged))
+        new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        return self._apply_update(rtype, stype, current, new, write, managed), False
 
     # -- delete -----------------------------------------------------------------------
     def delete(

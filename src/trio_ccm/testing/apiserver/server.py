@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import trio
 import yaml
 
 from trio_ccm._version import __version__
 from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
-from trio_ccm.testing.apiserver import discovery, errors, tables
+from trio_ccm.testing.apiserver import bodies, discovery, errors, tables
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
@@ -36,11 +35,9 @@ from trio_ccm.testing.apiserver.kinds import (
     ServiceAllocator,
     standard_types,
 )
-from trio_ccm.testing.apiserver.registry import (
-    APPLY_PATCH,
-    PATCH_TYPES,
-    Registry,
-)
+from trio_ccm.testing.apiserver.protobuf import Decoder
+from trio_ccm.testing.apiserver.registry import Registry, Write
+from trio_ccm.testing.apiserver.schema import load_schema
 from trio_ccm.testing.apiserver.selectors import (
     FieldSelector,
     LabelSelector,
@@ -55,7 +52,6 @@ from trio_ccm.testing.apiserver.store import (
     Store,
     Stored,
     Watcher,
-    decode,
     encode,
     format_time,
     list_options_invalid,
@@ -95,6 +91,12 @@ def error_response(exc: ApiError) -> Response:
     response = _json(exc.code, exc.status())
     if exc.retry_after_s is not None:
         response.headers.append(("retry-after", str(exc.retry_after_s)))
+    return response
+
+
+def _warned(response: Response, validation: bodies.Validation) -> Response:
+    """`response` with a Warning header for each problem field validation noted."""
+    response.headers += [bodies.warning_header(text) for text in validation.warnings]
     return response
 
 
@@ -143,7 +145,11 @@ class ApiServer:
         self.watch_timeout_s = watch_timeout_s
         self.version = version
         self.host = "127.0.0.1"
-        self.registry = Registry(self.store, token_issuer=self.authn.issue_service_account)
+        self.schema = load_schema()
+        self.protobuf = Decoder(self.schema)
+        self.registry = Registry(
+            self.store, token_issuer=self.authn.issue_service_account, schema=self.schema
+        )
         self.types: dict[tuple[str, str, str], ResourceType | ReviewType] = {}
         for rtype in standard_types(self.allocator):
             self.store.register(rtype)
@@ -366,25 +372,18 @@ class ApiServer:
         raise errors.method_not_allowed()
 
     # -- bodies -----------------------------------------------------------------------
-    def _body(self, request: Request, *, patch: bool = False) -> tuple[str, Any]:
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if patch:
-            if content_type == APPLY_PATCH:
-                raise errors.unsupported_media_type(content_type, PATCH_TYPES)
-            if content_type not in PATCH_TYPES:
-                raise errors.unsupported_media_type(content_type or "<none>", PATCH_TYPES)
-        elif content_type not in ("", JSON_TYPE, YAML_TYPE, "*/*"):
-            raise errors.unsupported_media_type(content_type, (JSON_TYPE, YAML_TYPE))
-        try:
-            if content_type == YAML_TYPE:
-                return content_type, yaml.safe_load(request.body.decode())
-            # The official Python client sends POST and PUT without a Content-Type.
-            return content_type, decode(request.body)
-        except (msgspec.DecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise errors.bad_request(
-                f"the body of the request could not be decoded as "
-                f"{'YAML' if content_type == YAML_TYPE else 'JSON'}: {exc}"
-            ) from exc
+    def _body(self, request: Request) -> tuple[str, Any]:
+        """A body that is not a stored object's (reviews, token requests, delete options,
+        the admin API): JSON, YAML or protobuf, never field-validated."""
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        decoded = bodies.decode(
+            request.body,
+            content_type,
+            accepted=bodies.OBJECT_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=False,
+        )
+        return content_type, decoded.value
 
     def _wants(self, request: Request) -> str:
         """'json', 'yaml' or 'table' from the Accept header; 406 if none fits."""
@@ -434,6 +433,7 @@ class ApiServer:
         assert isinstance(rtype, ResourceType)
         stype = self.registry.stored_type(rtype)
         dry_run = "All" in request.query.get("dryRun", [])
+        self._wants(request)  # 406 before anything is done, as upstream negotiates first
         if route.subresource == "token":
             return self._token_request(request, route)
         namespace = route.namespace
@@ -444,30 +444,10 @@ class ApiServer:
             return self._list(request, route)
         if verb == "watch":
             return self._watch(request, route)
-        if verb == "create":
-            if rtype.namespaced and not namespace:
-                raise errors.page_not_found()
-            _, body = self._body(request)
-            obj = self.registry.create(rtype, namespace, body, dry_run=dry_run)
-            return self._object_response(request, route, obj, 201)
-        if verb == "update":
-            _, body = self._body(request)
-            obj, created = self.registry.update(
-                rtype, namespace, route.name, body, subresource=route.subresource, dry_run=dry_run
-            )
-            return self._object_response(request, route, obj, 201 if created else 200)
+        if verb in ("create", "update"):
+            return self._create_or_update(request, route, verb)
         if verb == "patch":
-            content_type, document = self._body(request, patch=True)
-            obj = self.registry.patch(
-                rtype,
-                namespace,
-                route.name,
-                content_type,
-                document,
-                subresource=route.subresource,
-                dry_run=dry_run,
-            )
-            return self._object_response(request, route, obj)
+            return self._patch(request, route)
         if verb == "delete":
             options = self._delete_options(request)
             obj = self.registry.delete(
@@ -495,6 +475,110 @@ class ApiServer:
         if verb == "deletecollection":
             return self._delete_collection(request, route, dry_run)
         raise errors.method_not_allowed()
+
+    def _manager(self, request: Request, options: bodies.Options) -> str:
+        return options.field_manager or bodies.default_manager(
+            request.headers.get("user-agent", "")
+        )
+
+    def _schema_shape(self, route: Route) -> Any:
+        assert isinstance(route.rtype, ResourceType)
+        return self.registry.shape(route.rtype)
+
+    def _validation_check(
+        self, validation: bodies.Validation, route: Route, *, apply: bool = False
+    ) -> Callable[[Obj], Obj]:
+        """Field validation of an object a patch or an apply produced."""
+        rtype = route.rtype
+        shape = self._schema_shape(route)
+
+        def check(obj: Obj) -> Obj:
+            problems = bodies.unknown_sorted(self.schema, obj, shape)
+            validation.add(problems)
+            validation.settle(kind=rtype.kind, version=rtype.version, apply=apply)
+            return self.schema.prune(obj, shape) if problems else obj
+
+        return check
+
+    def _create_or_update(self, request: Request, route: Route, verb: str) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        options = bodies.parse_options(
+            request.query, "CreateOptions" if verb == "create" else "UpdateOptions"
+        )
+        if verb == "create" and rtype.namespaced and not route.namespace:
+            raise errors.page_not_found()
+        validation = bodies.Validation(options.field_validation)
+        decoded = bodies.decode(
+            request.body,
+            bodies.media_type(request.headers.get("content-type", "")),
+            accepted=bodies.OBJECT_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=validation.mode != bodies.IGNORE,
+        )
+        shape = self._schema_shape(route)
+        body = decoded.value
+        problems: list[str] = []
+        if decoded.pairs is not None:
+            problems = bodies.problems_in_order(self.schema, decoded.pairs, shape)
+        elif decoded.content_type == bodies.YAML_TYPE:
+            problems = decoded.yaml_duplicates + bodies.unknown_sorted(self.schema, body, shape)
+        validation.add(problems)
+        validation.settle(kind=rtype.kind, version=rtype.version)
+        if any(p.startswith("unknown field") for p in problems) or validation.mode == bodies.IGNORE:
+            body = self.schema.prune(body, shape)
+        write = Write(
+            manager=self._manager(request, options),
+            subresource=route.subresource,
+            dry_run=options.dry_run,
+        )
+        if verb == "create":
+            obj = self.registry.create(rtype, route.namespace, body, write=write)
+            response = self._object_response(request, route, obj, 201)
+        else:
+            obj, created = self.registry.update(
+                rtype, route.namespace, route.name, body, write=write
+            )
+            response = self._object_response(request, route, obj, 201 if created else 200)
+        return _warned(response, validation)
+
+    def _patch(self, request: Request, route: Route) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        apply = content_type == bodies.APPLY_PATCH
+        options = bodies.parse_options(request.query, "PatchOptions", apply=apply)
+        validation = bodies.Validation(options.field_validation)
+        decoded = bodies.decode(
+            request.body,
+            content_type or "<none>",
+            accepted=bodies.PATCH_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=validation.mode != bodies.IGNORE,
+        )
+        write = Write(
+            manager=self._manager(request, options),
+            subresource=route.subresource,
+            dry_run=options.dry_run,
+            check=self._validation_check(validation, route, apply=apply),
+        )
+        if apply:
+            validation.add(decoded.yaml_duplicates)
+            validation.settle(kind=rtype.kind, version=rtype.version, apply=True)
+            obj, created = self.registry.apply(
+                rtype, route.namespace, route.name, decoded.value, write=write, force=options.force
+            )
+            response = self._object_response(request, route, obj, 201 if created else 200)
+            return _warned(response, validation)
+        if content_type == bodies.JSON_PATCH:
+            # Repeated keys inside values are lost by the JSON patch library, as upstream's.
+            validation.add(bodies.json_patch_problems(decoded.pairs))
+        else:
+            validation.add(bodies.duplicates_in(decoded.pairs))
+        obj = self.registry.patch(
+            rtype, route.namespace, route.name, content_type, decoded.value, write=write
+        )
+        return _warned(self._object_response(request, route, obj), validation)
 
     def _delete_options(self, request: Request) -> Preconditions:
         if not request.body.strip():
