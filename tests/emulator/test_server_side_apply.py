@@ -272,9 +272,7 @@ async def test_ports_merge_by_port_and_protocol(client: httpx.AsyncClient) -> No
         ("https", 443, "TCP"),
     ]
     owned = entries(response.json())
-    assert list(owned[("two", "Apply")]["f:spec"]["f:ports"]) == [
-        'k:{"port":443,"protocol":"TCP"}'
-    ]
+    assert list(owned[("two", "Apply")]["f:spec"]["f:ports"]) == ['k:{"port":443,"protocol":"TCP"}']
     assert 'k:{"port":80,"protocol":"TCP"}' in owned[("one", "Apply")]["f:spec"]["f:ports"]
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from trio_ccm._version import __version__
 from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
-from trio_ccm.testing.apiserver import bodies, discovery, errors, tables
+from trio_ccm.testing.apiserver import bodies, discovery, errors, openapi, tables
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
@@ -156,6 +156,10 @@ class ApiServer:
             self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
         for review in REVIEW_TYPES:
             self.types[(review.group, review.version, review.plural)] = review
+        major, minor = version
+        self.openapi = openapi.OpenApi(
+            self.schema, list(self.types.values()), version=f"v{major}.{minor}.0"
+        )
         if admin_token:
             self.authn.add_admin(admin_token)
         self._bootstrap()
@@ -1066,17 +1070,22 @@ class ApiServer:
                     "platform": "linux/amd64",
                 },
             )
+        if stripped in ("/openapi/v2", "/swagger-2.0.0.pb-v1"):
+            wants_protobuf = stripped.endswith("pb-v1") or "protobuf" in request.headers.get(
+                "accept", ""
+            )
+            if wants_protobuf:
+                return respond(200, self.openapi.v2_protobuf(), openapi.V2_PROTOBUF_RESPONSE)
+            return _json(200, self.openapi.v2())
         if stripped == "/openapi/v3":
-            return _json(200, discovery.openapi_index(list(self.types.values())))
+            return _json(200, self.openapi.v3_index())
         if stripped.startswith("/openapi/v3/"):
             segments = stripped[len("/openapi/v3/") :].split("/")
             document = None
             if segments[0] == "api" and len(segments) == 2:
-                document = discovery.openapi_document(list(self.types.values()), "", segments[1])
+                document = self.openapi.v3("", segments[1])
             elif segments[0] == "apis" and len(segments) == 3:
-                document = discovery.openapi_document(
-                    list(self.types.values()), segments[1], segments[2]
-                )
+                document = self.openapi.v3(segments[1], segments[2])
             if document is not None:
                 return _json(200, document)
         raise errors.page_not_found()
