@@ -18,11 +18,11 @@ Contracts:
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trio_ccm.testing.apiserver import errors
+from trio_ccm.testing.apiserver import errors, gc
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver import patch as patches
 from trio_ccm.testing.apiserver.errors import ApiError
@@ -138,6 +138,7 @@ class Registry:
         self.token_issuer = token_issuer
         self.schema = schema or load_schema()
         self.fields = FieldManager(self.schema, store.now)
+        self.gc = gc.GarbageCollector(self)
 
     def shape(self, rtype: ResourceType) -> Shape:
         """The schema of a kind's objects (in the form of `rtype`'s group-version)."""
@@ -430,6 +431,7 @@ class Registry:
             return new
         stored = self.store.commit(stype, "MODIFIED", new, current)
         strategy.release(old, new)
+        self.gc.updated()
         if rtype.kind == "Namespace" and meta.get("deletionTimestamp"):
             self._finish_namespace(name)
             if self.store.lookup(stype, "", name) is None:
@@ -550,7 +552,10 @@ class Registry:
         *,
         preconditions: Preconditions | None = None,
         dry_run: bool = False,
+        policy: str = gc.BACKGROUND,
     ) -> Obj:
+        """Delete an object: at once, or (with finalizers, or a Foreground/Orphan policy)
+        by marking it deleting until its finalizers are gone (see `gc.py`)."""
         preconditions = preconditions or Preconditions()
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
@@ -578,15 +583,27 @@ class Registry:
             return current.obj
         if rtype.kind == "Namespace":
             return self._delete_namespace(stype, current, dry_run)
-        if meta.get("finalizers"):
-            return self._mark_deleting(stype, current, dry_run)
+        added = {gc.FOREGROUND: gc.FOREGROUND_FINALIZER, gc.ORPHAN: gc.ORPHAN_FINALIZER}
+        extra = [added[policy]] if policy in added else []
+        if meta.get("finalizers") or extra:
+            deleting = self._mark_deleting(stype, current, dry_run, extra)
+            if not dry_run and extra:
+                self.gc.deleting(stype, deleting)
+            return deleting
         if dry_run:
             return current.obj
         return self._remove(stype, current)
 
-    def _mark_deleting(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:
+    def _mark_deleting(
+        self, stype: ResourceType, current: Stored, dry_run: bool, extra: Sequence[str] = ()
+    ) -> Obj:
         new = clone(current.obj)
         meta = new["metadata"]
+        if extra:
+            meta["finalizers"] = [
+                *(meta.get("finalizers") or []),
+                *(f for f in extra if f not in (meta.get("finalizers") or [])),
+            ]
         meta["deletionTimestamp"] = format_time(self.store.now())
         meta["deletionGracePeriodSeconds"] = 0
         if stype.strategy.track_generation:
@@ -602,6 +619,7 @@ class Registry:
         namespace = gone["metadata"].get("namespace", "")
         if namespace:
             self._finish_namespace(namespace)
+        self.gc.removed(stored.obj)
         return stored.obj
 
     def _delete_namespace(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:

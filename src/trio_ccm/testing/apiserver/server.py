@@ -14,7 +14,7 @@ import yaml
 
 from trio_ccm._version import __version__
 from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
-from trio_ccm.testing.apiserver import bodies, discovery, errors, openapi, tables
+from trio_ccm.testing.apiserver import bodies, discovery, errors, gc, openapi, tables
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
@@ -98,6 +98,13 @@ def _warned(response: Response, validation: bodies.Validation) -> Response:
     """`response` with a Warning header for each problem field validation noted."""
     response.headers += [bodies.warning_header(text) for text in validation.warnings]
     return response
+
+
+@dataclass(frozen=True)
+class DeleteOptions:
+    preconditions: Preconditions
+    policy: str
+    dry_run: bool
 
 
 @dataclass(frozen=True)
@@ -436,7 +443,6 @@ class ApiServer:
         rtype = route.rtype
         assert isinstance(rtype, ResourceType)
         stype = self.registry.stored_type(rtype)
-        dry_run = "All" in request.query.get("dryRun", [])
         self._wants(request)  # 406 before anything is done, as upstream negotiates first
         if route.subresource == "token":
             return self._token_request(request, route)
@@ -455,7 +461,12 @@ class ApiServer:
         if verb == "delete":
             options = self._delete_options(request)
             obj = self.registry.delete(
-                rtype, namespace, route.name, preconditions=options, dry_run=dry_run
+                rtype,
+                namespace,
+                route.name,
+                preconditions=options.preconditions,
+                dry_run=options.dry_run,
+                policy=options.policy,
             )
             if self.store.lookup(stype, namespace, route.name) is not None or (
                 rtype.plural in RETURNS_DELETED_OBJECT
@@ -477,7 +488,7 @@ class ApiServer:
                 },
             )
         if verb == "deletecollection":
-            return self._delete_collection(request, route, dry_run)
+            return self._delete_collection(request, route, self._delete_options(request))
         raise errors.method_not_allowed()
 
     def _manager(self, request: Request, options: bodies.Options) -> str:
@@ -584,14 +595,48 @@ class ApiServer:
         )
         return _warned(self._object_response(request, route, obj), validation)
 
-    def _delete_options(self, request: Request) -> Preconditions:
-        if not request.body.strip():
-            return Preconditions()
-        _, body = self._body(request)
-        if not isinstance(body, dict):
-            raise errors.bad_request("DeleteOptions must be a JSON object")
+    def _delete_options(self, request: Request) -> DeleteOptions:
+        """DeleteOptions from the body and the query, validated as upstream's
+        ValidateDeleteOptions does (422 on DeleteOptions.meta.k8s.io)."""
+        body: Any = {}
+        if request.body.strip():
+            _, body = self._body(request)
+            if not isinstance(body, dict):
+                raise errors.bad_request("DeleteOptions must be a JSON object")
+        policy = body.get("propagationPolicy")
+        if "propagationPolicy" in request.query:
+            policy = request.arg("propagationPolicy")
+        orphan = body.get("orphanDependents")
+        if "orphanDependents" in request.query:
+            orphan = request.flag("orphanDependents")
+        dry_run = list(body.get("dryRun") or []) + list(request.query.get("dryRun", []))
+        errs: list[fe.FieldError] = []
+        if orphan is not None and policy is not None:
+            errs.append(
+                fe.invalid(
+                    "propagationPolicy",
+                    policy,
+                    "orphanDependents and deletionPropagation cannot be both set",
+                )
+            )
+        if policy is not None and policy not in (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN):
+            errs.append(
+                fe.not_supported(
+                    "propagationPolicy", policy, (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN, "nil")
+                )
+            )
+        if any(value != "All" for value in dry_run):
+            errs.append(fe.not_supported("dryRun", dry_run, ("All",)))
+        if errs:
+            raise errors.invalid("DeleteOptions", "meta.k8s.io", "", errs)
+        if policy is None:
+            policy = gc.ORPHAN if orphan else gc.BACKGROUND
         pre = body.get("preconditions") or {}
-        return Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
+        return DeleteOptions(
+            Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion")),
+            policy,
+            bool(dry_run),
+        )
 
     def _selectors(
         self, request: Request, rtype: ResourceType
@@ -676,7 +721,9 @@ class ApiServer:
             return [s.raw for s in items]
         return [encode(rtype.to_external(s.obj)) for s in items]
 
-    def _delete_collection(self, request: Request, route: Route, dry_run: bool) -> Response:
+    def _delete_collection(
+        self, request: Request, route: Route, options: DeleteOptions
+    ) -> Response:
         rtype, result = self._list_items(request, route)
         deleted = []
         for stored in result.items:
@@ -684,7 +731,11 @@ class ApiServer:
             try:
                 deleted.append(
                     self.registry.delete(
-                        rtype, meta.get("namespace", ""), meta["name"], dry_run=dry_run
+                        rtype,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        dry_run=options.dry_run,
+                        policy=options.policy,
                     )
                 )
             except ApiError as exc:
