@@ -39,16 +39,24 @@ def _verbs(rtype: AnyType) -> list[str]:
     return list(rtype.verbs) if isinstance(rtype, ResourceType) else ["create"]
 
 
-def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str]]]:
-    """(name, kind, verbs) of each subresource."""
+# Subresources whose objects are of another kind: (kind, group, version, verbs).
+_FOREIGN_SUBRESOURCES = {
+    "token": ("TokenRequest", "authentication.k8s.io", "v1", ["create"]),
+    "scale": ("Scale", "autoscaling", "v1", ["get", "patch", "update"]),
+}
+
+
+def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str], Obj]]:
+    """(name, kind, verbs, group and version) of each subresource."""
     if not isinstance(rtype, ResourceType):
         return []
     out = []
     for sub in rtype.subresources:
-        if sub == "token":
-            out.append((sub, "TokenRequest", ["create"]))
+        if sub in _FOREIGN_SUBRESOURCES:
+            kind, group, version, verbs = _FOREIGN_SUBRESOURCES[sub]
+            out.append((sub, kind, verbs, {"group": group, "version": version}))
         else:
-            out.append((sub, rtype.kind, ["get", "patch", "update"]))
+            out.append((sub, rtype.kind, ["get", "patch", "update"], {}))
     return out
 
 
@@ -61,13 +69,6 @@ def _names(rtype: AnyType) -> Obj:
         if rtype.categories:
             names["categories"] = list(rtype.categories)
     return names
-
-
-def _response_group(rtype: AnyType, kind: str) -> Obj:
-    """Legacy discovery names the group/version of a subresource of another group."""
-    if kind == "TokenRequest":
-        return {"group": "authentication.k8s.io", "version": "v1"}
-    return {}
 
 
 def _group_versions(types: Sequence[AnyType]) -> dict[str, dict[str, list[AnyType]]]:
@@ -102,15 +103,14 @@ def aggregated(types: Sequence[AnyType], *, core: bool, version: str) -> Obj:
                     {
                         "subresource": name,
                         "responseKind": {
-                            "group": "authentication.k8s.io"
-                            if kind == "TokenRequest"
-                            else rtype.group,
+                            "group": rtype.group,
                             "version": rtype.version,
+                            **foreign,
                             "kind": kind,
                         },
                         "verbs": verbs,
                     }
-                    for name, kind, verbs in _subresources(rtype)
+                    for name, kind, verbs, foreign in _subresources(rtype)
                 ]
                 if subs:
                     entry["subresources"] = subs
@@ -165,13 +165,13 @@ def api_resource_list(types: Sequence[AnyType], group: str, version: str) -> Obj
         }
         entry.update(_names(rtype))
         resources.append(entry)
-        for name, kind, verbs in _subresources(rtype):
+        for name, kind, verbs, foreign in _subresources(rtype):
             resources.append(
                 {
                     "name": f"{rtype.plural}/{name}",
                     "singularName": "",
                     "namespaced": rtype.namespaced,
-                    **_response_group(rtype, kind),
+                    **foreign,
                     "kind": kind,
                     "verbs": verbs,
                 }

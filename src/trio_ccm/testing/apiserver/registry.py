@@ -50,7 +50,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)
 
-TokenIssuer = Callable[[str, str], str]  # (namespace, service account) -> token
+TokenIssuer = Callable[[str, str, str], str]  # (namespace, service account, secret) -> token
 Check = Callable[[Obj], Obj]  # field validation of a patched object: raise, or prune
 
 
@@ -300,7 +300,7 @@ class Registry:
         if not account or self.token_issuer is None:
             return
         namespace = obj["metadata"].get("namespace", "")
-        token = self.token_issuer(namespace, account)
+        token = self.token_issuer(namespace, account, obj["metadata"].get("name", ""))
         data = obj.setdefault("data", {})
         data["token"] = base64.b64encode(token.encode()).decode()
         data["namespace"] = base64.b64encode(namespace.encode()).decode()
@@ -455,19 +455,7 @@ class Registry:
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
         original = self.external(rtype, current.obj)
-        try:
-            if content_type == JSON_PATCH:
-                patched = patches.json_patch(original, document)
-            elif content_type == MERGE_PATCH:
-                patched = patches.json_merge_patch(original, document)
-            else:
-                patched = patches.strategic_merge_patch(
-                    original, document, rtype.strategy.merge_schema
-                )
-        except patches.MalformedPatchError as exc:
-            raise errors.bad_request(exc.message) from exc
-        except patches.PatchApplyError as exc:
-            raise errors.unprocessable(exc.message) from exc
+        patched = self.patch_document(original, content_type, document, rtype.strategy.merge_schema)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patched object is not a JSON object")
         if write.check is not None:
@@ -483,6 +471,26 @@ class Registry:
         if rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
         return self._apply_update(rtype, stype, current, new, write)
+
+    @staticmethod
+    def patch_document(
+        original: Obj,
+        content_type: str,
+        document: Any,
+        merge_schema: patches.PatchSchema | None = None,
+    ) -> Any:
+        """`original` with a JSON, merge, strategic or (as a merge) apply patch applied;
+        400 for a patch that cannot be read, 422 for one that cannot be applied."""
+        try:
+            if content_type == JSON_PATCH:
+                return patches.json_patch(original, document)
+            if content_type in (MERGE_PATCH, APPLY_PATCH):
+                return patches.json_merge_patch(original, document)
+            return patches.strategic_merge_patch(original, document, merge_schema or {})
+        except patches.MalformedPatchError as exc:
+            raise errors.bad_request(exc.message) from exc
+        except patches.PatchApplyError as exc:
+            raise errors.unprocessable(exc.message) from exc
 
     # -- server-side apply ------------------------------------------------------------
     def apply(

@@ -14,7 +14,7 @@ import yaml
 
 from trio_ccm._version import __version__
 from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
-from trio_ccm.testing.apiserver import bodies, discovery, errors, gc, openapi, tables
+from trio_ccm.testing.apiserver import bodies, discovery, errors, gc, openapi, tables, tokens
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
@@ -42,6 +42,7 @@ from trio_ccm.testing.apiserver.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,
+    label_selector_from_object,
     parse_field_selector,
     parse_label_selector,
 )
@@ -52,6 +53,7 @@ from trio_ccm.testing.apiserver.store import (
     Store,
     Stored,
     Watcher,
+    clone,
     encode,
     format_time,
     list_options_invalid,
@@ -144,7 +146,11 @@ class ApiServer:
             now=now, history_size=history_size, watch_buffer=watch_buffer, rng=self.rng
         )
         self.allocator = ServiceAllocator(service_cidr, node_port_range, self.rng)
-        self.authn = Authenticator(required=bool(admin_token) or rbac)
+        self.authn = Authenticator(
+            required=bool(admin_token) or rbac,
+            signer=tokens.TokenSigner(now=self.store.now),
+            account_uid=self._account_uid,
+        )
         self.authz = Authorizer(self.store)
         self.rbac = rbac
         self.faults = Faults(self.rng)
@@ -190,6 +196,10 @@ class ApiServer:
                 },
             }
         )
+
+    def _account_uid(self, namespace: str, name: str) -> str:
+        found = self.store.lookup(self.store.types["/v1/serviceaccounts"], namespace, name)
+        return str(found.obj["metadata"].get("uid", "")) if found is not None else ""
 
     def type_for(self, api_version: str, kind: str) -> ResourceType:
         group, _, version = api_version.rpartition("/")
@@ -446,6 +456,8 @@ class ApiServer:
         self._wants(request)  # 406 before anything is done, as upstream negotiates first
         if route.subresource == "token":
             return self._token_request(request, route)
+        if route.subresource == "scale":
+            return self._scale(request, route, verb)
         namespace = route.namespace
         if verb == "get":
             stored = self.store.get(stype, namespace, route.name)
@@ -927,17 +939,110 @@ class ApiServer:
         finally:
             watcher.close("stream ended")
 
+    # -- the scale subresource (autoscaling/v1 Scale over a Deployment) ----------------
+    def _scale_of(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        selector = (obj.get("spec") or {}).get("selector")
+        try:
+            text = str(label_selector_from_object(selector)) if selector else ""
+        except SelectorError:
+            text = ""
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                key: meta[key]
+                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if key in meta
+            },
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {
+                "replicas": (obj.get("status") or {}).get("replicas", 0),
+                "selector": text,
+            },
+        }
+
+    def _scale(self, request: Request, route: Route, verb: str) -> Response:
+        """GET, PUT and PATCH of `deployments/NAME/scale`: the Deployment's replicas."""
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        current = self.store.get(self.registry.stored_type(rtype), route.namespace, route.name)
+        scale = self._scale_of(current.obj)
+        if verb == "get":
+            return _json(200, scale)
+        if verb not in ("update", "patch"):
+            raise errors.method_not_allowed()
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        apply = verb == "patch" and content_type == bodies.APPLY_PATCH
+        options = bodies.parse_options(
+            request.query, "UpdateOptions" if verb == "update" else "PatchOptions", apply=apply
+        )
+        if verb == "update":
+            _, wanted = self._body(request)
+        else:
+            document = bodies.decode(
+                request.body,
+                content_type or "<none>",
+                accepted=bodies.PATCH_TYPES,
+                decoder=self.protobuf,
+                keep_pairs=False,
+            ).value
+            wanted = self.registry.patch_document(scale, content_type, document)
+        if not isinstance(wanted, dict):
+            raise errors.bad_request("the object provided is unrecognized or malformed")
+        rv = (wanted.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, route.name, errors.MODIFIED)
+        replicas = (wanted.get("spec") or {}).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                route.name,
+                [fe.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+            )
+        deployment = clone(current.obj)
+        deployment.setdefault("spec", {})["replicas"] = replicas
+        obj, _ = self.registry.update(
+            rtype,
+            route.namespace,
+            route.name,
+            deployment,
+            write=Write(
+                manager=self._manager(request, options),
+                subresource="scale",
+                dry_run=options.dry_run,
+            ),
+        )
+        return _json(200, self._scale_of(obj))
+
     # -- subresources and reviews -----------------------------------------------------
     def _token_request(self, request: Request, route: Route) -> Response:
+        """A TokenRequest: a bound, expiring JWT for an existing service account."""
         if request.method != "POST":
             raise errors.method_not_allowed()
         assert isinstance(route.rtype, ResourceType)
         self.store.get(route.rtype, route.namespace, route.name)
         _, body = self._body(request)
         spec = (body or {}).get("spec") or {}
-        seconds = int(spec.get("expirationSeconds") or 3600)
-        token = self.authn.issue_service_account(route.namespace, route.name)
-        expires = self.store.now() + dt.timedelta(seconds=seconds)
+        seconds = spec.get("expirationSeconds") or 3600
+        errs: list[fe.FieldError] = []
+        if not isinstance(seconds, int) or seconds < 600:
+            errs.append(
+                fe.invalid(
+                    "spec.expirationSeconds",
+                    seconds,
+                    "may not specify a duration less than 10 minutes",
+                )
+            )
+        elif seconds > 1 << 32:
+            errs.append(fe.too_long("spec.expirationSeconds", seconds, 1 << 32))
+        if errs:
+            raise errors.invalid("TokenRequest", "authentication.k8s.io", route.name, errs)
+        audiences = list(spec.get("audiences") or [tokens.ISSUER])
+        token, expires = self.authn.request_token(
+            route.namespace, route.name, audiences=audiences, expiration_s=seconds
+        )
         return _json(
             201,
             {
@@ -946,12 +1051,9 @@ class ApiServer:
                 "metadata": {
                     "name": route.name,
                     "namespace": route.namespace,
-                    "creationTimestamp": format_time(self.store.now()),
+                    "creationTimestamp": None,
                 },
-                "spec": {
-                    "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
-                    "expirationSeconds": seconds,
-                },
+                "spec": {"audiences": audiences, "expirationSeconds": seconds},
                 "status": {"token": token, "expirationTimestamp": format_time(expires)},
             },
         )
@@ -966,7 +1068,7 @@ class ApiServer:
         spec = body.get("spec") or {}
         status: Obj
         if rtype.kind == "TokenReview":
-            found = self.authn.tokens.get(str(spec.get("token", "")))
+            found = self.authn.lookup(str(spec.get("token", "")))
             status = {"authenticated": found is not None}
             if found is not None:
                 status["user"] = found.info()
@@ -1121,6 +1223,19 @@ class ApiServer:
                     "platform": "linux/amd64",
                 },
             )
+        if stripped == "/.well-known/openid-configuration":
+            return _json(
+                200,
+                {
+                    "issuer": tokens.ISSUER,
+                    "jwks_uri": f"https://{self.host}/openid/v1/jwks",
+                    "response_types_supported": ["id_token"],
+                    "subject_types_supported": ["public"],
+                    "id_token_signing_alg_values_supported": ["ES256"],
+                },
+            )
+        if stripped == "/openid/v1/jwks":
+            return _json(200, self.authn.signer.jwks(), "application/jwk-set+json")
         if stripped in ("/openapi/v2", "/swagger-2.0.0.pb-v1"):
             wants_protobuf = stripped.endswith("pb-v1") or "protobuf" in request.headers.get(
                 "accept", ""

@@ -335,6 +335,7 @@ def types() -> list[ResourceType]:
             short_names=("ds",),
             categories=("all",),
             subresources=("status",),
+            printer="daemonset",
         ),
         ResourceType(
             "apps",
@@ -346,6 +347,7 @@ def types() -> list[ResourceType]:
             DeploymentStrategy(),
             short_names=("deploy",),
             categories=("all",),
-            subresources=("status",),
+            subresources=("status", "scale"),
+            printer="deployment",
         ),
     ]

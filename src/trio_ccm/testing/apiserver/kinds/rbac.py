@@ -120,7 +120,7 @@ def types() -> list[ResourceType]:
             "clusterrolebinding",
             False,
             BindingStrategy(),
-            printer="binding",
+            printer="clusterrolebinding",
         ),
         ResourceType(
             "rbac.authorization.k8s.io",
@@ -140,6 +140,6 @@ def types() -> list[ResourceType]:
             "rolebinding",
             True,
             BindingStrategy(),
-            printer="binding",
+            printer="rolebinding",
         ),
     ]

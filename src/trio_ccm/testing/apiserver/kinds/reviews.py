@@ -27,11 +27,14 @@ REVIEW_TYPES = (
         "selfsubjectrulesreview",
     ),
     ReviewType("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview"),
-    ReviewType(
-        "authentication.k8s.io",
-        "v1",
-        "SelfSubjectReview",
-        "selfsubjectreviews",
-        "selfsubjectreview",
+    *(
+        ReviewType(
+            "authentication.k8s.io",
+            version,
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            "selfsubjectreview",
+        )
+        for version in ("v1", "v1beta1", "v1alpha1")  # kubectl 1.27 asks v1alpha1 first
     ),
 )
