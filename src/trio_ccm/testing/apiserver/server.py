@@ -27,7 +27,7 @@ from trio_ccm.testing.apiserver.auth import (
     User,
 )
 from trio_ccm.testing.apiserver.errors import ApiError
-from trio_ccm.testing.apiserver.faults import Faults
+from trio_ccm.testing.apiserver.faults import BODY_FAULTS, FaultRule, Faults, corrupt
 from trio_ccm.testing.apiserver.kinds import (
     REVIEW_TYPES,
     ResourceType,
@@ -290,7 +290,18 @@ class ApiServer:
         )
         route = self._route(group, version, rest)
         verb = self._verb(request, route)
-        await self._faults(verb, route)
+        body_fault = await self._faults(verb, route)
+        try:
+            response = await self._handle_resource(request, user, route, verb)
+        except ApiError as exc:
+            if body_fault is None:
+                raise
+            response = error_response(exc)
+        return corrupt(response, body_fault) if body_fault is not None else response
+
+    async def _handle_resource(
+        self, request: Request, user: User, route: Route, verb: str
+    ) -> Response:
         self._authorize(
             Attributes(
                 user,
@@ -335,7 +346,9 @@ class ApiServer:
             raise errors.forbidden(attrs.resource, attrs.api_group, attrs.name, why)
         raise errors.forbidden("", "", "", why)
 
-    async def _faults(self, verb: str, route: Route) -> None:
+    async def _faults(self, verb: str, route: Route) -> FaultRule | None:
+        """Apply the latency, error and conflict rules that fire; return the body fault
+        (garbage or truncation) to apply to the answer, if one fires."""
         fired = self.faults.pick(
             verb, route.rtype.plural, route.subresource, route.namespace, route.name
         )
@@ -349,6 +362,7 @@ class ApiServer:
                 raise errors.conflict(
                     route.rtype.plural, route.rtype.group, route.name or "", errors.MODIFIED
                 )
+        return next((r for r in fired if r.action in BODY_FAULTS), None)
 
     def _route(self, group: str, version: str, rest: list[str]) -> Route:
         namespace = ""
