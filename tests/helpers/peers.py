@@ -23,9 +23,9 @@ import trio
 from trio_ccm.testing.apiserver import ApiError, ApiServer, Listening, serve_apiserver
 
 KUBECTL_VERSIONS = ("1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
-# kubectl before 1.29 validates manifests against a protobuf OpenAPI v2 document, which the
-# emulator does not serve; those versions apply and create with --validate=false.
-NEEDS_VALIDATE_FALSE = frozenset({"1.27", "1.28"})
+# kubectl before 1.29 validates manifests against the protobuf OpenAPI v2 document, which
+# the emulator serves: every version applies and creates with its default validation.
+NEEDS_VALIDATE_FALSE: frozenset[str] = frozenset()
 REQUEST_TIMEOUT = "--request-timeout=20s"
 
 
@@ -134,7 +134,7 @@ class Kubectl:
     def validate_flags(self) -> tuple[str, ...]:
         return ("--validate=false",) if self.version in NEEDS_VALIDATE_FALSE else ()
 
-    async def run(self, *args: str) -> Run:
+    async def run(self, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> Run:
         command = [
             str(self.binary),
             f"--kubeconfig={self.kubeconfig}",
@@ -143,7 +143,12 @@ class Kubectl:
             *args,
         ]
         done = await trio.run_process(
-            command, capture_stdout=True, capture_stderr=True, check=False
+            command,
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, **env} if env else None,
         )
         return Run(args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
