@@ -12,6 +12,7 @@ ReplicaSets), `logs`/`exec`/`port-forward`/`drain` (no kubelets, no evictions).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import sys
@@ -83,15 +84,14 @@ def replicas(expected: int) -> Check:
 
 def jwt(em: Emulator, run: Run) -> None:
     header, payload, signature = run.stdout.strip().split(".")
-    assert header and signature
+    assert json.loads(_unb64(header))["alg"] == "ES256"
+    assert signature
     claims = json.loads(_unb64(payload))
     assert claims["sub"] == "system:serviceaccount:default:robot"
     assert claims["iss"] == "https://kubernetes.default.svc.cluster.local"
 
 
 def _unb64(text: str) -> bytes:
-    import base64
-
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
