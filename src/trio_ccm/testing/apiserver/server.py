@@ -1,4 +1,17 @@
-"""The emulator core: one request handler behind both front doors (in-process and HTTP)."""
+"""The emulator core: `ApiServer.handle`, the one request handler behind both front doors
+(the in-process transport and the HTTP listener, `testing/_http.py`).
+
+A request is handled in upstream's order: authenticate (401), route (404), fault rules
+(latency, errors, conflicts; a body fault is applied to whatever is answered), authorize
+(403, when RBAC is on), negotiate the answer's media type (406 before anything is done),
+then the verb. Writes go through `bodies` (decoding, field validation, options) to the
+`registry`; reads come from the `store`. Answers are JSON (YAML or a Table when asked);
+watch answers stream and always release their watcher when closed.
+
+Contracts: the handler never blocks the Trio loop for long (everything but injected
+latency and watch streams completes without awaiting); every error is an `ApiError`
+answered as a `Status`; an injected outage raises `Refused` to the front door.
+"""
 
 from __future__ import annotations
 
