@@ -245,10 +245,14 @@ def json_patch_problems(pairs: Any) -> list[str]:
     return found
 
 
-def unknown_sorted(schema: Schema, value: Any, shape: Shape) -> list[str]:
+def unknown_sorted(schema: Schema, value: Any, shape: Shape, *, within: Any = None) -> list[str]:
     """Unknown fields of an object sorted by path (a patched object is re-encoded with its
-    keys sorted before upstream decodes it)."""
-    return [f'unknown field "{p}"' for p in schema.unknown_fields(_sorted(value), shape)]
+    keys sorted before upstream decodes it); `within`: only where a merge patch wrote."""
+    if within is not None:
+        found = schema.unknown_fields(value, shape, within=within)
+    else:
+        found = schema.unknown_fields(_sorted(value), shape)
+    return [f'unknown field "{p}"' for p in found]
 
 
 def _sorted(value: Any) -> Any:

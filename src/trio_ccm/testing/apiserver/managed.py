@@ -324,6 +324,8 @@ class Walker:
         return result
 
     def _compare(self, old: Any, new: Any, shape: Shape, path: Path, out: Comparison) -> None:
+        if old is not MISSING and new is not MISSING and old == new:
+            return  # nothing under an equal subtree changed (a C-speed deep comparison)
         node = self.types.node(shape)
         if node.kind == "leaf" or node.atomic:
             self._leaf(old, new, path, out)

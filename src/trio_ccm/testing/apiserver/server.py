@@ -540,14 +540,20 @@ class ApiServer:
         return self.registry.shape(route.rtype)
 
     def _validation_check(
-        self, validation: bodies.Validation, route: Route, *, apply: bool = False
+        self,
+        validation: bodies.Validation,
+        route: Route,
+        *,
+        apply: bool = False,
+        within: Any = None,
     ) -> Callable[[Obj], Obj]:
-        """Field validation of an object a patch or an apply produced."""
+        """Field validation of an object a patch or an apply produced (`within`: the merge
+        or strategic patch, outside which the stored object is known to be clean)."""
         rtype = route.rtype
         shape = self._schema_shape(route)
 
         def check(obj: Obj) -> Obj:
-            problems = bodies.unknown_sorted(self.schema, obj, shape)
+            problems = bodies.unknown_sorted(self.schema, obj, shape, within=within)
             validation.add(problems)
             validation.settle(kind=rtype.kind, version=rtype.version, apply=apply)
             return self.schema.prune(obj, shape) if problems else obj
@@ -614,7 +620,14 @@ class ApiServer:
             manager=self._manager(request, options),
             subresource=route.subresource,
             dry_run=options.dry_run,
-            check=self._validation_check(validation, route, apply=apply),
+            check=self._validation_check(
+                validation,
+                route,
+                apply=apply,
+                within=decoded.value
+                if content_type in (bodies.MERGE_PATCH, bodies.STRATEGIC_PATCH)
+                else None,
+            ),
         )
         if apply:
             validation.add(decoded.yaml_duplicates)

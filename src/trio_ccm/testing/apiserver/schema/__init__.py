@@ -126,12 +126,44 @@ class Schema:
         ref = shape.get("$ref")
         return self.definitions[ref] if ref else None
 
-    def unknown_fields(self, value: Any, shape: Shape, path: str = "") -> list[str]:
+    def unknown_fields(
+        self, value: Any, shape: Shape, path: str = "", *, within: Any = None
+    ) -> list[str]:
         """The paths of fields `value` has and its schema does not declare, in the order
-        they appear (`spec.ports[0].foo`, as upstream's strict decoding names them)."""
+        they appear (`spec.ports[0].foo`, as upstream's strict decoding names them).
+
+        `within`, a document shaped like `value` (a merge patch), limits the search to the
+        fields it names: what a merge patch did not name, it did not change."""
         found: list[str] = []
-        self._walk(value, shape, path, found, prune=False)
+        if within is None:
+            self._walk(value, shape, path, found, prune=False)
+        else:
+            self._walk_within(value, shape, path, found, within)
         return found
+
+    def _walk_within(
+        self, value: Any, shape: Shape, path: str, found: list[str], guide: Any
+    ) -> None:
+        if not isinstance(guide, dict) or not isinstance(value, dict):
+            self._walk(value, shape, path, found, prune=False)
+            return
+        definition = self.resolve(shape)
+        if definition is not None and not definition.is_object:
+            return
+        for key in sorted(value):
+            if key not in guide:
+                continue
+            where = f"{path}.{key}" if path else key
+            if definition is not None:
+                child = definition.properties.get(key)
+                if child is None:
+                    found.append(where)
+                    continue
+            elif "additionalProperties" in shape:
+                child = shape["additionalProperties"]
+            else:
+                continue
+            self._walk_within(value[key], child, where, found, guide[key])
 
     def prune(self, value: Any, shape: Shape) -> Any:
         """`value` without the fields its schema does not declare (what decoding into the Go
