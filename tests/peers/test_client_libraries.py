@@ -17,12 +17,9 @@ from typing import Any
 
 import kopf
 import kubernetes
-import pytest
 import trio
 
 from tests.helpers.peers import Emulator, lb_service, node
-
-pytestmark = pytest.mark.kubectl  # real peers over real TLS
 
 NS = "default"
 

@@ -196,6 +196,25 @@ def owned_configmap(em: Emulator, name: str, owner: str) -> None:
     )
 
 
+def an_event(em: Emulator) -> None:
+    """An Event as the CCM records one (kubectl cannot create Events)."""
+    em.server.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "n1.1", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": "n1", "fieldPath": "spec"},
+            "reason": "Synced",
+            "message": "Node synced",
+            "type": "Normal",
+            "source": {"component": "cloud-node-controller"},
+            "firstTimestamp": "2026-01-01T00:00:00Z",
+            "lastTimestamp": "2026-01-01T00:00:30Z",
+            "count": 2,
+        }
+    )
+
+
 EXPLAIN_TAINTS = re.compile(
     r"FIELD: taints <\[\]Taint>.*DESCRIPTION:\s+If specified, the node's taints\..*"
     r"effect\s+<string> -required-.*Possible enum values:.*"
@@ -505,6 +524,8 @@ async def run_matrix(kubectl: Kubectl, em: Emulator, workdir: Path) -> list[str]
             owned_configmap(em, "owned", "owner")
         if item.args[:3] == ("delete", "deployment", "owner2"):
             owned_configmap(em, "owned2", "owner2")
+        if item.args[:2] == ("get", "events"):
+            an_event(em)
         run = await kubectl.run(*item.args, env=item.env or None)
         output = run.stdout + run.stderr
         problem = ""

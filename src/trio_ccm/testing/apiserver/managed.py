@@ -102,8 +102,18 @@ class Types:
 
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
+        # A bare reference is cached by its name; any other shape is one of the schema's own
+        # dicts (immutable, alive as long as the cached schema), so by its identity.
+        self._nodes: dict[object, _Node] = {}
 
     def node(self, shape: Shape) -> _Node:
+        key: object = shape["$ref"] if len(shape) == 1 and "$ref" in shape else id(shape)
+        found = self._nodes.get(key)
+        if found is None:
+            found = self._nodes[key] = self._node(shape)
+        return found
+
+    def _node(self, shape: Shape) -> _Node:
         definition = self.schema.resolve(shape)
         if definition is not None:
             if not definition.is_object:
@@ -520,6 +530,18 @@ class Entry:
         version = "" if self.operation == APPLY else self.api_version
         return (self.manager, self.operation, version, self.subresource)
 
+    @staticmethod
+    def identity_of(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+        """The identity of an entry in its JSON form."""
+        operation = str(entry.get("operation", UPDATE))
+        version = "" if operation == APPLY else str(entry.get("apiVersion", ""))
+        return (
+            str(entry.get("manager", "")),
+            operation,
+            version,
+            str(entry.get("subresource", "")),
+        )
+
     def describe(self) -> str:
         """The manager as upstream names it in a conflict."""
         text = json.dumps(self.manager)
@@ -550,6 +572,76 @@ class Entry:
             str(value.get("subresource", "")),
             from_fields_v1(value.get("fieldsV1") or {}),
         )
+
+
+def _order(entries: Iterable[Obj]) -> list[Obj]:
+    """managedFields in upstream's order: operation, time, manager, version, subresource."""
+
+    def key(entry: Obj) -> tuple[str, str, str, str, str]:
+        return (
+            str(entry.get("operation", "")),
+            str(entry.get("time") or ""),
+            str(entry.get("manager", "")),
+            str(entry.get("apiVersion", "")),
+            str(entry.get("subresource", "")),
+        )
+
+    return sorted(entries, key=key)
+
+
+# -- field sets edited in their fieldsV1 form ----------------------------------------------
+def _tree_copy(tree: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _tree_copy(child) for key, child in tree.items()}
+
+
+def _tree_has(tree: Mapping[str, Any], path: Path) -> bool:
+    node: Mapping[str, Any] = tree
+    for element in path:
+        child = node.get(_element_text(element))
+        if child is None:
+            return False
+        node = child
+    return not node or "." in node
+
+
+def _tree_add(tree: dict[str, Any], path: Path) -> None:
+    node = tree
+    for element in path:
+        text = _element_text(element)
+        child = node.get(text)
+        if child is None:
+            child = node[text] = {}
+        elif child == {} and element is not path[-1]:
+            child["."] = {}  # a member that now has children stays a member
+        node = child
+    if node:
+        node["."] = {}
+
+
+def _tree_remove(tree: dict[str, Any], path: Path) -> None:
+    trail: list[tuple[dict[str, Any], str]] = []
+    node = tree
+    for element in path:
+        text = _element_text(element)
+        child = node.get(text)
+        if child is None:
+            return
+        trail.append((node, text))
+        node = child
+    if len(node) > 1 or (node and "." not in node):
+        node.pop(".", None)  # it stays a container of its members
+    else:
+        parent, text = trail.pop()
+        del parent[text]
+    while trail:  # containers left empty go too
+        parent, text = trail.pop()
+        child = parent[text]
+        if child and child != {".": {}}:
+            break
+        if child == {".": {}}:
+            parent[text] = {}  # only its own membership is left
+            break
+        del parent[text]
 
 
 def _sorted_entries(entries: Iterable[Entry]) -> list[Obj]:
@@ -605,24 +697,39 @@ class FieldManager:
 
     def update(self, old: Obj | None, new: Obj, shape: Shape, request: Request) -> list[Obj]:
         """The managedFields of `new` after an update (or a create, `old` None) by
-        `request.manager`."""
-        entries = self.entries(old) if old is not None else []
+        `request.manager`.
+
+        Entries are edited in their `fieldsV1` form: only those that hold a path the update
+        took or removed change, so a small patch of a large object stays cheap."""
+        managed = [
+            dict(e)
+            for e in ((old or {}).get("metadata") or {}).get("managedFields") or []
+            if isinstance(e, Mapping)
+        ]
         before = self.walker.zero(shape) if old is None else old
         comparison = self.walker.compare(_unmanaged(before), _unmanaged(new), shape)
         taken = self._owned(comparison.added | comparison.modified, request)
-        removed = comparison.removed
-        for entry in entries:
-            entry.fields -= taken
-            entry.fields -= removed
+        gone = taken | comparison.removed
         mine = Entry(request.manager, UPDATE, request.api_version, None, request.subresource, set())
-        existing = next((e for e in entries if e.identity == mine.identity), None)
-        if existing is None:
-            existing = mine
-            entries.append(mine)
+        existing: dict[str, Any] | None = None
+        for entry in managed:
+            if Entry.identity_of(entry) == mine.identity:
+                existing = entry
+            if gone and any(_tree_has(entry.get("fieldsV1") or {}, p) for p in gone):
+                tree = _tree_copy(entry.get("fieldsV1") or {})
+                for path in gone:
+                    _tree_remove(tree, path)
+                entry["fieldsV1"] = tree
         if taken:
-            existing.fields |= taken
-            existing.time = _format_time(self.now())
-        return _sorted_entries(entries)
+            if existing is None:
+                existing = mine.to_json()
+                managed.append(existing)
+            tree = _tree_copy(existing.get("fieldsV1") or {})
+            for path in taken:
+                _tree_add(tree, path)
+            existing["fieldsV1"] = tree
+            existing["time"] = _format_time(self.now())
+        return _order(e for e in managed if e.get("fieldsV1"))
 
     def apply(
         self,
