@@ -343,3 +343,30 @@ async def test_objects_without_managed_fields_get_a_before_first_apply_owner(
         refused = await apply(other, f"{SERVICES}/web", config, "one")
     assert refused.status_code == 409
     assert '"before-first-apply" using v1' in refused.json()["message"]
+
+
+async def test_removed_fields_leave_every_owner_and_empty_entries_go(
+    client: httpx.AsyncClient,
+) -> None:
+    """A field an update removes is owned by nobody after it; an entry left with nothing
+    goes; a member that gains children stays a member ("." kept)."""
+    with trio.fail_after(5):
+        await client.post(
+            "/api/v1/namespaces/default/configmaps?fieldManager=one",
+            json={"metadata": {"name": "cm"}, "data": {"a": "1"}},
+        )
+        await client.patch(
+            "/api/v1/namespaces/default/configmaps/cm?fieldManager=two",
+            json={"metadata": {"labels": {"x": "y"}}},
+            headers=MERGE,
+        )
+        response = await client.patch(
+            "/api/v1/namespaces/default/configmaps/cm?fieldManager=three",
+            json={"metadata": {"labels": {"x": None}}, "data": {"b": "2"}},
+            headers=MERGE,
+        )
+    owned = entries(response.json())
+    assert ("two", "Update") not in owned
+    assert owned[("one", "Update")] == {"f:data": {".": {}, "f:a": {}}}
+    assert owned[("three", "Update")] == {"f:data": {"f:b": {}}}
+    assert response.json()["metadata"].get("labels") is None
