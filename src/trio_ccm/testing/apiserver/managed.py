@@ -367,14 +367,15 @@ class Walker:
                 child = node.fields.get(key) if node.kind == "struct" else node.element
                 if child is None:
                     continue  # undeclared fields are pruned before they are stored
-                left, right = left_map.get(key, MISSING), right_map.get(key, MISSING)
+                before: Any = left_map.get(key, MISSING)
+                after: Any = right_map.get(key, MISSING)
                 if node.kind == "struct" and "$ref" not in child:
                     # Go's omitempty: an empty list or map field is not there at all.
-                    left = MISSING if left == [] or left == {} else left
-                    right = MISSING if right == [] or right == {} else right
-                    if left is MISSING and right is MISSING:
+                    before = MISSING if before == [] or before == {} else before
+                    after = MISSING if after == [] or after == {} else after
+                    if before is MISSING and after is MISSING:
                         continue
-                self._compare(left, right, child, (*path, ("f", key)), out)
+                self._compare(before, after, child, (*path, ("f", key)), out)
         if old is MISSING:
             out.added.add(path)
         elif new is MISSING:
