@@ -334,7 +334,17 @@ class Walker:
         return result
 
     def _compare(self, old: Any, new: Any, shape: Shape, path: Path, out: Comparison) -> None:
-        if old is not MISSING and new is not MISSING and old == new:
+        if old is MISSING or new is MISSING:
+            # A whole subtree came or went: every node in it was added (or removed).
+            if old is not new:
+                self._subtree(
+                    new if old is MISSING else old,
+                    shape,
+                    path,
+                    out.added if old is MISSING else out.removed,
+                )
+            return
+        if old == new:
             return  # nothing under an equal subtree changed (a C-speed deep comparison)
         node = self.types.node(shape)
         if node.kind == "leaf" or node.atomic:
@@ -380,6 +390,35 @@ class Walker:
             out.added.add(path)
         elif new is MISSING:
             out.removed.add(path)
+
+    def _subtree(self, value: Any, shape: Shape, path: Path, out: FieldSet) -> None:
+        """Every path of `value` as `compare` finds them against nothing: the node itself and,
+        unless it is a leaf or atomic, each of its items and fields (an empty list or map
+        field of a struct counts as absent, as Go's omitempty drops it)."""
+        node = self.types.node(shape)
+        out.add(path)
+        if node.kind == "leaf" or node.atomic:
+            return
+        if node.kind == "list":
+            if isinstance(value, list):
+                assert node.element is not None
+                for index, item in enumerate(value):
+                    try:
+                        element = self.types.item_element(node, item, index)
+                    except SchemaError:
+                        element = ("i", index)
+                    self._subtree(item, node.element, (*path, element), out)
+            return
+        if not isinstance(value, dict):
+            return
+        struct = node.kind == "struct"
+        for key, item in value.items():
+            child = node.fields.get(key) if struct else node.element
+            if child is None:
+                continue
+            if struct and "$ref" not in child and (item == [] or item == {}):
+                continue
+            self._subtree(item, child, (*path, ("f", key)), out)
 
     @staticmethod
     def _leaf(old: Any, new: Any, path: Path, out: Comparison) -> None:
