@@ -121,12 +121,19 @@ async def test_refused_in_process_is_a_connect_error() -> None:
 
 
 def test_headers_read_case_insensitively() -> None:
-    """Header names compare without case; an absent header reads as missing."""
-    headers = Headers([("Accept", "a"), ("ACCEPT", "b")])
+    """Header names compare without case; an absent header reads as missing; cookies
+    combine with "; " and Set-Cookie does not combine."""
+    headers = Headers(
+        [("Accept", "a"), ("ACCEPT", "b"), ("cookie", "x=1"), ("Cookie", "y=2")]
+        + [("set-cookie", "s=1"), ("set-cookie", "t=2")]
+    )
     assert headers["accept"] == "a, b"
     assert "Accept" in headers
     assert headers.get("content-type") is None
-    assert list(headers) == ["accept"]
+    assert list(headers) == ["accept", "cookie", "set-cookie"]
+    assert headers["cookie"] == "x=1; y=2"
+    assert headers["set-cookie"] == "s=1"
+    assert headers.get_list("set-cookie") == ["s=1", "t=2"]
 
 
 async def test_emulator_and_sim_cloud_read_a_repeated_header_alike() -> None:

@@ -13,8 +13,8 @@ Contracts both doors keep:
 
 - **Headers** arrive as sent: every field in order, names lower-cased, a repeated field kept
   as often as it came. Reading one (`headers.get(name)`) joins its repeated values with
-  ", ", as HTTP defines the combined value (RFC 9110 section 5.3); `get_list` gives them
-  one by one.
+  ", ", as HTTP defines the combined value (RFC 9110 section 5.3; "; " for Cookie, and
+  Set-Cookie never combines); `get_list` gives them one by one.
 - **Paths**: `Request.raw_path` is the path as sent (still percent-encoded, so a segment may
   carry an encoded slash); `Request.path` is its decoded form; `segments()` splits the raw
   path and decodes each segment.
@@ -71,10 +71,16 @@ class Refused(Exception):  # noqa: N818 - a signal to the front doors, not an er
     """The server refuses the connection (an injected outage)."""
 
 
+# How repeated fields combine: ", " (RFC 9110 section 5.3), but "; " for Cookie (which
+# HTTP/2 clients may split into several fields, RFC 9113 section 8.2.3). Set-Cookie does
+# not combine: read it with `get_list`.
+_JOINERS = {"cookie": "; "}
+
+
 class Headers(Mapping[str, str]):
     """Header fields in arrival order, names lower-cased; repeated fields are kept.
 
-    As a mapping, a name reads as its values joined with ", " (HTTP's combined value).
+    As a mapping, a name reads as its values combined as HTTP combines them.
     """
 
     __slots__ = ("_joined", "raw")
@@ -83,7 +89,10 @@ class Headers(Mapping[str, str]):
         self.raw: tuple[tuple[str, str], ...] = tuple((k.lower(), v) for k, v in fields)
         joined: dict[str, str] = {}
         for name, value in self.raw:
-            joined[name] = f"{joined[name]}, {value}" if name in joined else value
+            if name in joined and name != "set-cookie":
+                joined[name] = joined[name] + _JOINERS.get(name, ", ") + value
+            elif name not in joined:
+                joined[name] = value
         self._joined = joined
 
     def __getitem__(self, name: str) -> str:
