@@ -124,8 +124,14 @@ def test_headers_read_case_insensitively() -> None:
     """Header names compare without case; an absent header reads as missing; cookies
     combine with "; " and Set-Cookie does not combine."""
     headers = Headers(
-        [("Accept", "a"), ("ACCEPT", "b"), ("cookie", "x=1"), ("Cookie", "y=2")]
-        + [("set-cookie", "s=1"), ("set-cookie", "t=2")]
+        [
+            ("Accept", "a"),
+            ("ACCEPT", "b"),
+            ("cookie", "x=1"),
+            ("Cookie", "y=2"),
+            ("set-cookie", "s=1"),
+            ("set-cookie", "t=2"),
+        ]
     )
     assert headers["accept"] == "a, b"
     assert "Accept" in headers
