@@ -23,8 +23,8 @@ $(RUNTIME_STAMP): pyproject.toml
 	touch $(RUNTIME_STAMP)
 
 lint: install
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 
 types: install
 	$(BIN)/mypy

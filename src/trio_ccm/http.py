@@ -1,4 +1,8 @@
-"""The :10258 health, metrics and debug endpoints, served by hypercorn's Trio worker.
+"""The :10258 health, metrics and debug endpoints, and `serve_asgi`, the one ASGI server.
+
+`serve_asgi` runs an ASGI app on hypercorn's Trio worker; it serves :10258 here and, since
+test tooling may use runtime code but never the reverse, the emulator and the simulated
+cloud too (their ASGI adapter is `trio_ccm.testing._http.AsgiApp`).
 
 Health output follows k8s.io/apiserver's healthz handlers: `ok` when every check passes,
 a `[+]`/`[-]` listing with `?verbose` or on any failure (HTTP 500), `?exclude=NAME` to skip a
@@ -33,7 +37,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-__all__ = ["Check", "Endpoints", "serve_http"]
+__all__ = ["Check", "Endpoints", "serve_asgi", "serve_http"]
 
 log = structlog.get_logger("trio_ccm.http")
 
@@ -209,10 +213,7 @@ async def answer_lifespan(receive: _Receive, send: _Send) -> None:
 
 
 class ContextConfig(Config):
-    """hypercorn's Config with a ready SSL context instead of certificate file names.
-
-    Also used by the emulator's listener (test tooling may use runtime code, not the reverse).
-    """
+    """hypercorn's Config with a ready SSL context instead of certificate file names."""
 
     def __init__(self, context: ssl.SSLContext | None) -> None:
         super().__init__()
@@ -311,6 +312,47 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def serve_asgi(
+    app: object,
+    *,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    keep_alive_timeout_s: float | None = None,
+    max_request_line: int | None = None,
+    error_log: logging.Logger | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve the ASGI `app` on hypercorn's Trio worker until cancelled.
+
+    Binds `host:port` (port 0: any free port) before anything else, so the port reported
+    through `task_status` is already accepting; TLS when `ssl_context` is given (HTTP/2 is
+    offered by ALPN if the context does). The socket is closed when the serve ends, and a
+    later serve may bind the same port again (SO_REUSEADDR). `error_log` None keeps
+    hypercorn's own errors out of the logs; access logs are always off.
+    """
+    config = ContextConfig(ssl_context)
+    config.accesslog = None
+    config.errorlog = error_log
+    if keep_alive_timeout_s is not None:
+        config.keep_alive_timeout = keep_alive_timeout_s
+    if max_request_line is not None:
+        config.h11_max_incomplete_size = max_request_line
+    asgi: Any = app  # hypercorn types ASGI apps with its own TypedDicts
+    wrapped = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
+    sock = bind_socket(host, port)
+    try:
+        bound_port: int = sock.getsockname()[1]
+        tls = ssl_context is not None
+        sockets = Sockets([sock] if tls else [], [] if tls else [sock], [])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(worker_serve, wrapped, config, sockets=sockets))
+            task_status.started(bound_port)
+    finally:
+        sock.close()
+    raise AssertionError("hypercorn's worker returned without being cancelled")
+
+
 async def serve_http(
     endpoints: Endpoints,
     *,
@@ -331,20 +373,18 @@ async def serve_http(
         context = await trio.to_thread.run_sync(_files_context, tls_cert_file, tls_private_key_file)
     else:
         context = await trio.to_thread.run_sync(_self_signed_context, bind_address)
-    config = ContextConfig(context)
-    config.accesslog = None
-    # A Logger instance is used as is: hypercorn's errors reach stdlib logging unconfigured.
-    config.errorlog = logging.getLogger("hypercorn.error")
-    asgi: Any = _App(endpoints)  # hypercorn types ASGI apps with its own TypedDicts
-    app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
-    sock = bind_socket(bind_address, port)
-    try:
-        bound_port: int = sock.getsockname()[1]
-        sockets = Sockets([sock] if context else [], [] if context else [sock], [])
-        async with trio.open_nursery() as nursery:
-            await nursery.start(partial(worker_serve, app, config, sockets=sockets))
-            log.info("http.started", address=bind_address, port=bound_port, tls=bool(context))
-            task_status.started(bound_port)
-    finally:
-        sock.close()
-    raise AssertionError("hypercorn's worker returned without being cancelled")
+    async with trio.open_nursery() as nursery:
+        bound_port: int = await nursery.start(
+            partial(
+                serve_asgi,
+                _App(endpoints),
+                host=bind_address,
+                port=port,
+                ssl_context=context,
+                # A Logger instance is used as is: hypercorn's errors reach stdlib logging.
+                error_log=logging.getLogger("hypercorn.error"),
+            )
+        )
+        log.info("http.started", address=bind_address, port=bound_port, tls=bool(context))
+        task_status.started(bound_port)
+    raise AssertionError("serve_asgi returned without being cancelled")

@@ -21,7 +21,7 @@ import trio.testing
 from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.objects import NODES, Node
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.apiserver import ApiError, ApiServer
 from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.testbed import Testbed
 
@@ -301,3 +301,61 @@ def test_heartbeat_must_be_positive(server: ApiServer, cloud: SimCloud) -> None:
     """A heartbeat period of 0 is refused with a message naming it."""
     with pytest.raises(ValueError, match="heartbeat_s=0"):
         Testbed(server, cloud, heartbeat_s=0)
+
+
+def lease(server: ApiServer, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = server.get(
+            "coordination.k8s.io/v1", "Lease", name, namespace="kube-node-lease"
+        )
+    except ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return found
+
+
+async def test_kubelets_keep_node_leases_owned_by_their_nodes(
+    autojump_clock: trio.testing.MockClock, server: ApiServer, cloud: SimCloud
+) -> None:
+    """Each running kubelet creates its node Lease in kube-node-lease (owned by its Node)
+    and renews it every 10 s; a stopped one stops renewing; deleting the Node deletes it."""
+    testbed = make_testbed(server, cloud, heartbeat_s=60.0)
+    target, other = testbed.add_nodes(2)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(testbed.serve)
+            await trio.sleep(0.5)
+            created = lease(server, target.name)
+            assert created is not None
+            assert created["spec"] == {
+                "holderIdentity": target.name,
+                "leaseDurationSeconds": 40,
+                "renewTime": "2030-01-01T00:00:00.000000Z",
+            }
+            assert created["metadata"]["ownerReferences"] == [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": target.name,
+                    "uid": node(server, target.name)["metadata"]["uid"],
+                }
+            ]
+            await trio.sleep(25)  # t=25.5: renewed at 10 and 20
+            renewed = lease(server, target.name)
+            assert renewed is not None
+            assert renewed["spec"]["renewTime"] == "2030-01-01T00:00:20.000000Z"
+            cloud.stop(target.id)
+            await trio.sleep(30)  # t=55.5: no renewal since the stop
+            stopped = lease(server, target.name)
+            assert stopped is not None
+            assert stopped["spec"]["renewTime"] == "2030-01-01T00:00:20.000000Z"
+            server.registry.delete(server.registry.store.types["/v1/nodes"], "", other.name)
+            assert lease(server, other.name) is None
+            nursery.cancel_scope.cancel()
+
+
+def test_node_lease_duration_must_be_sensible(server: ApiServer, cloud: SimCloud) -> None:
+    """A node Lease shorter than a second is refused with the parameter named."""
+    with pytest.raises(ValueError, match=r"node_lease_s=0\.5"):
+        Testbed(server, cloud, node_lease_s=0.5)

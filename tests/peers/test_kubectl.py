@@ -18,7 +18,7 @@ import pytest
 import trio
 import yaml
 
-from tests.peers.conftest import (
+from tests.helpers.peers import (
     KUBECTL_VERSIONS,
     NODE_PORTS,
     REQUEST_TIMEOUT,

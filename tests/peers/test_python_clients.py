@@ -22,7 +22,7 @@ import kubernetes_asyncio
 import pytest
 import trio
 
-from tests.peers.conftest import NODE_PORTS, Emulator, lb_service, node
+from tests.helpers.peers import NODE_PORTS, Emulator, lb_service, node
 
 SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
 T = TypeVar("T")

@@ -10,16 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-PENDING = ("peers",)
-"""Suites still being moved under issue 14 (the emulator's peers): checked once they land."""
 
 
 def modules() -> Iterator[tuple[str, Path]]:
-    """Every module of the suite but the pending ones, by dotted name."""
+    """Every module of the suite, by dotted name."""
     for path in sorted(TESTS.rglob("*.py")):
         relative = path.relative_to(TESTS.parent)
-        if relative.parts[1] in PENDING:
-            continue
         yield ".".join(relative.with_suffix("").parts), path
 
 

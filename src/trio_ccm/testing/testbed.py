@@ -17,7 +17,12 @@ that marks silent Nodes `Unknown`:
   node status.`), as the node lifecycle controller of kube-controller-manager writes them
   (here at once, without its 40 s grace period);
 - **started** again: the kubelet starts, registers the Node again if it is gone (else finds
-  it registered) and posts `Ready=True` again.
+  it registered) and posts `Ready=True` again;
+- each running kubelet keeps its **node Lease** in `kube-node-lease` (name and holder: the
+  Node's name, `leaseDurationSeconds` 40, owned by its Node so that deleting the Node
+  deletes it), created after registration and renewed every `node_lease_s / 4` (10 s), as
+  upstream's kubelet does; a stopped kubelet stops renewing it. `node_lease_s=None` keeps
+  no Leases.
 
 A kubelet whose Node is deleted while its instance runs does not register it again (a
 real kubelet registers once per start). The cloud is polled every `poll_s` (1 s) through
@@ -38,6 +43,7 @@ await nursery.start(testbed.serve)   # returns once the 50 Nodes are registered
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import random
@@ -57,7 +63,7 @@ from trio_ccm.kube.client import (
     NotFoundError,
 )
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
-from trio_ccm.kube.objects import EVENTS, NODES, SERVICES, Event, Node, Service
+from trio_ccm.kube.objects import EVENTS, LEASES, NODES, SERVICES, Event, Node, Service
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.kube.wellknown import (
     CONDITION_READY,
@@ -87,6 +93,8 @@ ZONE_SUFFIXES: Final = ("a", "b", "c")
 
 _NAME_RE: Final = re.compile(r"node-(\d+)")
 _REGISTER_RETRY_S: Final = 1.0  # a failed registration is tried again after this long
+NODE_LEASE_S: Final = 40.0  # upstream's nodeLeaseDurationSeconds; renewed every quarter
+NODE_LEASE_NAMESPACE: Final = "kube-node-lease"
 _PRESSURE_CONDITIONS: Final = (
     ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
     ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
@@ -253,6 +261,7 @@ class Testbed:
         seed: int = 0,
         token: str | None = None,
         now: Callable[[], dt.datetime] = _utc_now,
+        node_lease_s: float | None = NODE_LEASE_S,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -260,8 +269,11 @@ class Testbed:
             raise ValueError(f"poll_s={poll_s!r}: must be a positive number of seconds")
         self.api = api
         self.cloud = cloud
+        if node_lease_s is not None and not (math.isfinite(node_lease_s) and node_lease_s >= 1):
+            raise ValueError(f"node_lease_s={node_lease_s!r}: must be at least 1 second, or None")
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
+        self.node_lease_s = node_lease_s
         self._now = now
         self._rng = random.Random(f"{seed}/testbed")  # noqa: S311 - spread, not secrets
         self._kube = KubeClient(
@@ -464,7 +476,11 @@ class Testbed:
         try:
             with kubelet.scope:
                 await self._register(kubelet, instance)
-                await self._heartbeat_forever(kubelet)
+                async with trio.open_nursery() as nursery:
+                    if self.node_lease_s is not None:
+                        nursery.start_soon(self._renew_lease_forever, kubelet, self.node_lease_s)
+                    await self._heartbeat_forever(kubelet)
+                    nursery.cancel_scope.cancel()
         finally:
             kubelet.up.set()
             kubelet.done.set()
@@ -516,6 +532,58 @@ class Testbed:
                 continue
             self._heartbeats += 1
             log.debug("kubelet.heartbeat", node=kubelet.name)
+
+    async def _renew_lease_forever(self, kubelet: _Kubelet, duration_s: float) -> None:
+        """Create the node Lease (owned by the Node), then renew it every quarter of its
+        duration, as upstream's kubelet does; failures are retried at the next renewal."""
+        period_s = duration_s / 4
+        due = trio.current_time()
+        while True:
+            try:
+                await self._renew_lease(kubelet, duration_s)
+            except NotFoundError:
+                return  # the Node is gone: its kubelet stops (see _heartbeat_forever)
+            except KubeError as exc:
+                log.warning("kubelet.lease-failed", node=kubelet.name, error=str(exc))
+            due += period_s
+            await trio.sleep_until(due)
+
+    async def _renew_lease(self, kubelet: _Kubelet, duration_s: float) -> None:
+        renew = self._now().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        try:
+            await self._kube.patch(
+                LEASES,
+                kubelet.name,
+                Patch(STRATEGIC, {"spec": {"renewTime": renew}}),
+                namespace=NODE_LEASE_NAMESPACE,
+            )
+            return
+        except NotFoundError:
+            pass
+        node = await self._kube.get(NODES, kubelet.name, type=Node)
+        lease: dict[str, JSONValue] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": kubelet.name,
+                "namespace": NODE_LEASE_NAMESPACE,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": kubelet.name,
+                        "uid": node.metadata.uid,
+                    }
+                ],
+            },
+            "spec": {
+                "holderIdentity": kubelet.name,
+                "leaseDurationSeconds": int(duration_s),
+                "renewTime": renew,
+            },
+        }
+        with contextlib.suppress(AlreadyExistsError):  # created meanwhile: patched next time
+            await self._kube.create(LEASES, lease, namespace=NODE_LEASE_NAMESPACE)
 
     async def _post_ready(self, kubelet: _Kubelet, *, transition: bool) -> None:
         stamp = _format_time(self._now())

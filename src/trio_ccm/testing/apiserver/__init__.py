@@ -6,11 +6,12 @@ async with httpx.AsyncClient(transport=server.transport(), base_url="http://emul
 listening = await nursery.start(serve_apiserver, server)   # real HTTP on loopback
 """
 
+from trio_ccm.testing._http import Request, Response
 from trio_ccm.testing.apiserver.auth import User
 from trio_ccm.testing.apiserver.errors import ApiError
 from trio_ccm.testing.apiserver.faults import FaultRule, Faults
 from trio_ccm.testing.apiserver.listener import Listening, serve_apiserver
-from trio_ccm.testing.apiserver.server import ApiServer, Request, Response
+from trio_ccm.testing.apiserver.server import ApiServer
 from trio_ccm.testing.apiserver.transport import ApiServerTransport
 
 __all__ = [

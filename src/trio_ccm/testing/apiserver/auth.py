@@ -7,12 +7,14 @@ and see the effect at once.
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trio_ccm.testing.apiserver.store import Store
+from trio_ccm.testing.apiserver.tokens import TokenSigner
 
 ANONYMOUS = "system:anonymous"
 MASTERS = "system:masters"
@@ -28,19 +30,26 @@ class User:
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def info(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"username": self.name, "groups": list(self.groups)}
+        body: dict[str, Any] = {"username": self.name}
         if self.uid:
             body["uid"] = self.uid
+        body["groups"] = list(self.groups)
+        if self.extra:
+            body["extra"] = {key: list(values) for key, values in self.extra.items()}
         return body
 
 
 ANONYMOUS_USER = User(ANONYMOUS, (UNAUTHENTICATED,))
 
 
-def service_account_user(namespace: str, name: str) -> User:
+def service_account_user(
+    namespace: str, name: str, uid: str = "", extra: Mapping[str, tuple[str, ...]] | None = None
+) -> User:
     return User(
         f"system:serviceaccount:{namespace}:{name}",
         ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED),
+        uid,
+        extra or {},
     )
 
 
@@ -54,9 +63,18 @@ class Authenticator:
     as a cluster admin, as against an API server with authentication switched off.
     """
 
-    def __init__(self, *, required: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        required: bool = False,
+        signer: TokenSigner | None = None,
+        account_uid: Callable[[str, str], str] | None = None,
+    ) -> None:
         self.tokens: dict[str, User] = {}
+        self.expiries: dict[str, dt.datetime] = {}
         self.required = required
+        self.signer = signer or TokenSigner(now=lambda: dt.datetime.now(dt.UTC))
+        self._account_uid = account_uid or (lambda namespace, name: "")
 
     def add(self, token: str, user: User) -> None:
         self.tokens[token] = user
@@ -69,15 +87,40 @@ class Authenticator:
         self.add(token, user)
         return token
 
-    def issue_service_account(self, namespace: str, name: str) -> str:
-        return self.issue(service_account_user(namespace, name))
+    def issue_service_account(self, namespace: str, name: str, secret: str = "") -> str:
+        """A legacy (Secret-style, never expiring) JWT for a service account."""
+        uid = self._account_uid(namespace, name)
+        token = self.signer.legacy(namespace, name, uid, secret or f"{name}-token")
+        self.add(token, service_account_user(namespace, name, uid))
+        return token
+
+    def request_token(
+        self, namespace: str, name: str, *, audiences: list[str] | None, expiration_s: int
+    ) -> tuple[str, dt.datetime]:
+        """A bound TokenRequest JWT for a service account, and when it expires."""
+        uid = self._account_uid(namespace, name)
+        token, expires, jti = self.signer.bound(
+            namespace, name, uid, audiences=audiences, expiration_s=expiration_s
+        )
+        extra = {"authentication.kubernetes.io/credential-id": (f"JTI={jti}",)}
+        self.add(token, service_account_user(namespace, name, uid, extra))
+        self.expiries[token] = expires
+        return token, expires
+
+    def lookup(self, token: str) -> User | None:
+        """The user a token stands for, or None if unknown or expired."""
+        found = self.tokens.get(token)
+        expires = self.expiries.get(token)
+        if found is not None and expires is not None and self.signer.now() >= expires:
+            return None
+        return found
 
     def authenticate(self, authorization: str | None) -> User | None:
         """The user for an Authorization header; ANONYMOUS_USER when absent; None if invalid."""
         if not authorization:
             return ANONYMOUS_USER if self.required else OPEN_ADMIN
         scheme, _, token = authorization.partition(" ")
-        found = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        found = self.lookup(token.strip()) if scheme.lower() == "bearer" else None
         if found is None and not self.required:
             return OPEN_ADMIN
         return found

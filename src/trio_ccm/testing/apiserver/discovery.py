@@ -1,13 +1,15 @@
-"""Discovery (/api, /apis, legacy and aggregated) and the OpenAPI v3 documents kubectl reads."""
+"""Discovery: /api, /apis and the group-version lists, in legacy and aggregated form.
+
+Aggregated discovery echoes the version the client asked for (v2, or v2beta1 for kubectl
+1.27-1.29, which fail on a v2 answer); the OpenAPI documents are `openapi.py`'s.
+"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from trio_ccm.testing.apiserver.kinds import ResourceType, ReviewType
-from trio_ccm.testing.apiserver.store import encode
 
 Obj = dict[str, Any]
 AnyType = ResourceType | ReviewType
@@ -37,16 +39,24 @@ def _verbs(rtype: AnyType) -> list[str]:
     return list(rtype.verbs) if isinstance(rtype, ResourceType) else ["create"]
 
 
-def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str]]]:
-    """(name, kind, verbs) of each subresource."""
+# Subresources whose objects are of another kind: (kind, group, version, verbs).
+_FOREIGN_SUBRESOURCES = {
+    "token": ("TokenRequest", "authentication.k8s.io", "v1", ["create"]),
+    "scale": ("Scale", "autoscaling", "v1", ["get", "patch", "update"]),
+}
+
+
+def _subresources(rtype: AnyType) -> list[tuple[str, str, list[str], Obj]]:
+    """(name, kind, verbs, group and version) of each subresource."""
     if not isinstance(rtype, ResourceType):
         return []
     out = []
     for sub in rtype.subresources:
-        if sub == "token":
-            out.append((sub, "TokenRequest", ["create"]))
+        if sub in _FOREIGN_SUBRESOURCES:
+            kind, group, version, verbs = _FOREIGN_SUBRESOURCES[sub]
+            out.append((sub, kind, verbs, {"group": group, "version": version}))
         else:
-            out.append((sub, rtype.kind, ["get", "patch", "update"]))
+            out.append((sub, rtype.kind, ["get", "patch", "update"], {}))
     return out
 
 
@@ -59,13 +69,6 @@ def _names(rtype: AnyType) -> Obj:
         if rtype.categories:
             names["categories"] = list(rtype.categories)
     return names
-
-
-def _response_group(rtype: AnyType, kind: str) -> Obj:
-    """Legacy discovery names the group/version of a subresource of another group."""
-    if kind == "TokenRequest":
-        return {"group": "authentication.k8s.io", "version": "v1"}
-    return {}
 
 
 def _group_versions(types: Sequence[AnyType]) -> dict[str, dict[str, list[AnyType]]]:
@@ -100,15 +103,14 @@ def aggregated(types: Sequence[AnyType], *, core: bool, version: str) -> Obj:
                     {
                         "subresource": name,
                         "responseKind": {
-                            "group": "authentication.k8s.io"
-                            if kind == "TokenRequest"
-                            else rtype.group,
+                            "group": rtype.group,
                             "version": rtype.version,
+                            **foreign,
                             "kind": kind,
                         },
                         "verbs": verbs,
                     }
-                    for name, kind, verbs in _subresources(rtype)
+                    for name, kind, verbs, foreign in _subresources(rtype)
                 ]
                 if subs:
                     entry["subresources"] = subs
@@ -163,13 +165,13 @@ def api_resource_list(types: Sequence[AnyType], group: str, version: str) -> Obj
         }
         entry.update(_names(rtype))
         resources.append(entry)
-        for name, kind, verbs in _subresources(rtype):
+        for name, kind, verbs, foreign in _subresources(rtype):
             resources.append(
                 {
                     "name": f"{rtype.plural}/{name}",
                     "singularName": "",
                     "namespaced": rtype.namespaced,
-                    **_response_group(rtype, kind),
+                    **foreign,
                     "kind": kind,
                     "verbs": verbs,
                 }
@@ -181,85 +183,3 @@ def api_resource_list(types: Sequence[AnyType], group: str, version: str) -> Obj
         "groupVersion": group_version,
         "resources": resources,
     }
-
-
-# -- OpenAPI v3 --------------------------------------------------------------------------
-def _gv_path(group: str, version: str) -> str:
-    return f"api/{version}" if not group else f"apis/{group}/{version}"
-
-
-_QUERY_PARAMS = ("dryRun", "fieldManager", "fieldValidation")
-
-
-def openapi_document(types: Sequence[AnyType], group: str, version: str) -> Obj | None:
-    """A small but well-formed OpenAPI v3 document for one group-version.
-
-    kubectl (1.29+) reads it to learn that the server takes `fieldValidation`; the schemas
-    are deliberately open objects (see docs/emulator.md for what this leaves out).
-    """
-    members = _group_versions(types).get(group, {}).get(version)
-    if not members:
-        return None
-    paths: Obj = {}
-    schemas: Obj = {}
-    base = "/" + _gv_path(group, version)
-    for rtype in members:
-        gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
-        schema_name = f"io.k8s.emulated.{rtype.group or 'core'}.{rtype.version}.{rtype.kind}"
-        schemas[schema_name] = {
-            "type": "object",
-            "x-kubernetes-group-version-kind": [gvk],
-            "additionalProperties": True,
-        }
-        ref = {"$ref": f"#/components/schemas/{schema_name}"}
-        params = [{"name": p, "in": "query", "schema": {"type": "string"}} for p in _QUERY_PARAMS]
-        ok = {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}
-        prefix = f"{base}/namespaces/{{namespace}}" if rtype.namespaced else base
-        collection = f"{prefix}/{rtype.plural}"
-
-        def op(
-            action: str, parameters: list[Obj] | None = None, gvk: Obj = gvk, ok: Obj = ok
-        ) -> Obj:
-            body: Obj = {
-                "x-kubernetes-action": action,
-                "x-kubernetes-group-version-kind": gvk,
-                "responses": ok,
-            }
-            if parameters:
-                body["parameters"] = parameters
-            return body
-
-        if isinstance(rtype, ReviewType):
-            paths[collection] = {"post": op("post", params)}
-            continue
-        paths[collection] = {"get": op("list"), "post": op("post", params)}
-        paths[f"{collection}/{{name}}"] = {
-            "get": op("get"),
-            "put": op("put", params),
-            "patch": op("patch", params),
-            "delete": op("delete"),
-        }
-        for sub, _, _ in _subresources(rtype):
-            if sub == "status":
-                paths[f"{collection}/{{name}}/status"] = {
-                    "get": op("get"),
-                    "put": op("put", params),
-                    "patch": op("patch", params),
-                }
-    return {
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (trio-ccm emulator)", "version": "v1.33.0"},
-        "paths": paths,
-        "components": {"schemas": schemas},
-    }
-
-
-def openapi_index(types: Sequence[AnyType]) -> Obj:
-    paths = {}
-    for group, versions in _group_versions(types).items():
-        for version in versions:
-            document = openapi_document(types, group, version)
-            digest = hashlib.sha512(encode(document)).hexdigest()[:32].upper()
-            path = _gv_path(group, version)
-            paths[path] = {"serverRelativeURL": f"/openapi/v3/{path}?hash={digest}"}
-    return {"paths": dict(sorted(paths.items()))}

@@ -36,8 +36,9 @@ class ApiError(Exception):
             "metadata": dict(self.metadata),
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # an unclassified error (a 500) carries no reason, as upstream
+            body["reason"] = self.reason
         # None: no details at all; {} is kept, as upstream sends "details": {} for some errors.
         details = dict(self.details) if self.details is not None else None
         if self.retry_after_s is not None:

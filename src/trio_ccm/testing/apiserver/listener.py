@@ -1,4 +1,4 @@
-"""The HTTP(S) front door: the emulator as an ASGI app on hypercorn's Trio worker.
+"""The HTTP(S) front door: the emulator served by `trio_ccm.http.serve_asgi`.
 
 `serve_apiserver` binds loopback (TLS optional, with a CA minted in memory), reports a
 `Listening` (URL, CA, kubeconfig writer) through `task_status`, and serves until cancelled.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 import ssl
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,79 +18,12 @@ from typing import Any, NoReturn
 
 import trio
 import yaml
-from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 
-from trio_ccm.http import ContextConfig, answer_lifespan, bind_socket, read_body
-from trio_ccm.testing.apiserver.server import ApiServer, Request
+from trio_ccm.http import serve_asgi
+from trio_ccm.testing._http import AsgiApp
+from trio_ccm.testing.apiserver.server import ApiServer
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-
-class AsgiApp:
-    """ASGI adapter: one request in, one (possibly streamed) response out."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.server = server
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await answer_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        received = await read_body(receive)
-        if received is None:
-            return
-        request = Request.build(
-            scope["method"],
-            scope["path"],
-            scope.get("query_string", b"").decode("latin-1"),
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
-            received,
-        )
-        response = await self.server.handle(request)
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.all_headers()]
-        body = response.body
-        if isinstance(body, bytes):
-            headers.append((b"content-length", str(len(body)).encode()))
-            await send(
-                {"type": "http.response.start", "status": response.status, "headers": headers}
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        finished = False
-        try:
-            await send(
-                {"type": "http.response.start", "status": response.status, "headers": headers}
-            )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                async for chunk in body:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                finished = True
-                nursery.cancel_scope.cancel()
-        finally:
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await aclose()
-            if response.cleanup is not None:
-                response.cleanup()
-        if finished:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            scope.cancel()
-            return
+_KEEP_ALIVE_S = 75
 
 
 @dataclass(frozen=True)
@@ -154,33 +86,31 @@ async def serve_apiserver(
     tls: bool = False,
     task_status: trio.TaskStatus[Listening] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve `server` over HTTP(S) until cancelled; `task_status.started(Listening)`."""
+    """Serve `server` over HTTP(S) until cancelled; `task_status.started(Listening)`.
+
+    An injected outage stops the listener (the socket is closed, so connecting is refused
+    and open connections break) and serves again on the same port once it is over.
+    """
     context, ca_pem = _tls(host) if tls else (None, None)
-    config = ContextConfig(context)
-    config.accesslog = None
-    config.errorlog = None
-    config.keep_alive_timeout = 75
-    asgi: Any = AsgiApp(server)  # hypercorn types ASGI apps with its own TypedDicts
-    app = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
-    sock = bind_socket(host, port)
-    bound_port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    listening = Listening(
-        f"{'https' if tls else 'http'}://{shown}:{bound_port}", host, bound_port, ca_pem
+    app = AsgiApp(server.handle)
+    serve = partial(
+        serve_asgi, app, host=host, ssl_context=context, keep_alive_timeout_s=_KEEP_ALIVE_S
     )
-    server.host = f"{shown}:{bound_port}"
-    started = False
+    listening: Listening | None = None
     while True:
         async with trio.open_nursery() as nursery:
-            sockets = Sockets([sock] if tls else [], [] if tls else [sock], [])
-            await nursery.start(partial(worker_serve, app, config, sockets=sockets))
-            if not started:
+            bound_port: int = await nursery.start(
+                partial(serve, port=listening.port if listening else port)
+            )
+            if listening is None:
+                shown = f"[{host}]" if ":" in host else host
+                listening = Listening(
+                    f"{'https' if tls else 'http'}://{shown}:{bound_port}", host, bound_port, ca_pem
+                )
+                server.host = f"{shown}:{bound_port}"
                 task_status.started(listening)
-                started = True
             await server.faults.outage_started.wait()
             nursery.cancel_scope.cancel()
-        sock.close()
         while server.faults.refusing():
             with trio.move_on_at(server.faults.refuse_until):
                 await server.faults.outage_ended.wait()
-        sock = bind_socket(host, bound_port)

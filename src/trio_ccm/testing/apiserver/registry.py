@@ -1,22 +1,36 @@
-"""Create, update, patch and delete with upstream's generic-registry semantics.
+"""Create, update, patch, apply and delete with upstream's generic-registry semantics.
 
 What is the same for every kind lives here (metadata rules, optimistic concurrency,
 preconditions, finalizers and graceful deletion, status subresources, generation, no-op
-updates, dry runs); what differs lives in each kind's strategy (`kinds.py`).
+updates, dry runs, managed fields, server-side apply); what differs lives in each kind's
+strategy (`kinds/`).
+
+Contracts:
+- Every write through the API names a field manager (`Write.manager`) and records what it
+  owns in `metadata.managedFields` (see `managed.py`); a write through the Python API
+  (`Write.manager` None) leaves the managed fields as they were.
+- Managed fields are computed after defaulting and before allocation, so defaulted fields
+  belong to the writer and allocated ones (cluster IPs, node ports) to nobody, as upstream.
+- An update that changes nothing writes nothing and keeps the resourceVersion.
+- A dry run validates and allocates exactly as a real write, then gives everything back.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from trio_ccm.testing.apiserver import errors
+from trio_ccm.testing.apiserver import errors, gc
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver import patch as patches
 from trio_ccm.testing.apiserver.errors import ApiError
 from trio_ccm.testing.apiserver.fielderrors import FieldError
 from trio_ccm.testing.apiserver.kinds import ResourceType
+from trio_ccm.testing.apiserver.managed import FieldManager
+from trio_ccm.testing.apiserver.managed import Request as ManagedRequest
+from trio_ccm.testing.apiserver.schema import Schema, Shape, load_schema
 from trio_ccm.testing.apiserver.store import (
     Obj,
     Preconditions,
@@ -36,7 +50,19 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH)
 
-TokenIssuer = Callable[[str, str], str]  # (namespace, service account) -> token
+TokenIssuer = Callable[[str, str, str], str]  # (namespace, service account, secret) -> token
+Check = Callable[[Obj], Obj]  # field validation of a patched object: raise, or prune
+
+
+@dataclass(frozen=True)
+class Write:
+    """How a write reached the registry: who wrote (None: the Python API), through which
+    endpoint, and what checks the object a patch or an apply produced."""
+
+    manager: str | None = None
+    subresource: str = ""
+    dry_run: bool = False
+    check: Check | None = None
 
 
 def _mask_trailing_dash(prefix: str) -> str:
@@ -101,9 +127,35 @@ def validate_metadata(rtype: ResourceType, obj: Obj) -> list[FieldError]:
 class Registry:
     """The write path for stored kinds."""
 
-    def __init__(self, store: Store, *, token_issuer: TokenIssuer | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token_issuer: TokenIssuer | None = None,
+        schema: Schema | None = None,
+    ) -> None:
         self.store = store
         self.token_issuer = token_issuer
+        self.schema = schema or load_schema()
+        self.fields = FieldManager(self.schema, store.now)
+        self.gc = gc.GarbageCollector(self)
+
+    def shape(self, rtype: ResourceType) -> Shape:
+        """The schema of a kind's objects (in the form of `rtype`'s group-version)."""
+        definition = self.schema.for_kind(rtype.group, rtype.version, rtype.kind)
+        if definition is None:
+            raise KeyError(f"no schema for {rtype.kind} in {rtype.api_version}")
+        return {"$ref": definition.name}
+
+    def _managed_request(self, rtype: ResourceType, write: Write) -> ManagedRequest:
+        assert write.manager is not None
+        stype = self.stored_type(rtype)
+        return ManagedRequest(
+            write.manager,
+            stype.api_version,
+            write.subresource,
+            rtype.strategy.status_subresource,
+        )
 
     # -- representation ---------------------------------------------------------------
     def internal(self, rtype: ResourceType, body: Obj) -> Obj:
@@ -168,8 +220,19 @@ class Registry:
 
     # -- create -----------------------------------------------------------------------
     def create(
-        self, rtype: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        write: Write | None = None,
+        managed: list[Obj] | None = None,
     ) -> Obj:
+        """Create an object; `managed` are its managedFields when the caller computed them
+        (a server-side apply that creates)."""
+        write = write or Write(dry_run=dry_run)
+        dry_run = write.dry_run
         body = self._check_type(rtype, body)
         obj = self.internal(rtype, clone(body))
         stype = self.stored_type(rtype)
@@ -212,6 +275,12 @@ class Registry:
         self._check_namespace(rtype, namespace)
         if self.store.lookup(stype, namespace if rtype.namespaced else "", name) is not None:
             raise errors.already_exists(rtype.plural, rtype.group, name)
+        if managed is None and write.manager is not None:
+            managed = self.fields.update(
+                None, obj, self.shape(stype), self._managed_request(rtype, write)
+            )
+        if managed:
+            meta["managedFields"] = managed
         errs = strategy.allocate(obj, None)
         if errs:
             raise self._invalid(rtype, name, errs)
@@ -231,7 +300,7 @@ class Registry:
         if not account or self.token_issuer is None:
             return
         namespace = obj["metadata"].get("namespace", "")
-        token = self.token_issuer(namespace, account)
+        token = self.token_issuer(namespace, account, obj["metadata"].get("name", ""))
         data = obj.setdefault("data", {})
         data["token"] = base64.b64encode(token.encode()).decode()
         data["namespace"] = base64.b64encode(namespace.encode()).decode()
@@ -246,8 +315,11 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        write: Write | None = None,
     ) -> tuple[Obj, bool]:
         """Returns the object and whether it was created (PUT on create-on-update kinds)."""
+        write = write or Write(subresource=subresource, dry_run=dry_run)
+        subresource, dry_run = write.subresource, write.dry_run
         body = self._check_type(rtype, body)
         new = self.internal(rtype, clone(body))
         meta = new["metadata"]
@@ -267,12 +339,12 @@ class Registry:
         if current is None:
             if rtype.strategy.create_on_update and not subresource:
                 meta["name"] = name
-                return self.create(rtype, namespace, body, dry_run=dry_run), True
+                return self.create(rtype, namespace, body, write=write), True
             raise errors.not_found(rtype.plural, rtype.group, name)
         rv = meta.get("resourceVersion", "")
         if rv and rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
-        return self._apply_update(rtype, stype, current, new, subresource, dry_run), False
+        return self._apply_update(rtype, stype, current, new, write), False
 
     def _apply_update(
         self,
@@ -280,9 +352,10 @@ class Registry:
         stype: ResourceType,
         current: Stored,
         new: Obj,
-        subresource: str,
-        dry_run: bool,
+        write: Write,
+        managed: list[Obj] | None = None,
     ) -> Obj:
+        subresource, dry_run = write.subresource, write.dry_run
         strategy = rtype.strategy
         old = current.obj
         name = old["metadata"]["name"]
@@ -329,6 +402,16 @@ class Registry:
         )
         if errs:
             raise self._invalid(rtype, name, errs)
+        if managed is None and write.manager is not None:
+            managed = self.fields.update(
+                old, new, self.shape(stype), self._managed_request(rtype, write)
+            )
+        elif managed is None:
+            managed = old_meta.get("managedFields")
+        if managed:
+            meta["managedFields"] = managed
+        else:
+            meta.pop("managedFields", None)
         if new == old:
             return old  # a no-op update writes nothing and keeps the resourceVersion
         if (
@@ -348,6 +431,7 @@ class Registry:
             return new
         stored = self.store.commit(stype, "MODIFIED", new, current)
         strategy.release(old, new)
+        self.gc.updated()
         if rtype.kind == "Namespace" and meta.get("deletionTimestamp"):
             self._finish_namespace(name)
             if self.store.lookup(stype, "", name) is None:
@@ -365,25 +449,17 @@ class Registry:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        write: Write | None = None,
     ) -> Obj:
+        write = write or Write(subresource=subresource, dry_run=dry_run)
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
         original = self.external(rtype, current.obj)
-        try:
-            if content_type == JSON_PATCH:
-                patched = patches.json_patch(original, document)
-            elif content_type == MERGE_PATCH:
-                patched = patches.json_merge_patch(original, document)
-            else:
-                patched = patches.strategic_merge_patch(
-                    original, document, rtype.strategy.merge_schema
-                )
-        except patches.MalformedPatchError as exc:
-            raise errors.bad_request(exc.message) from exc
-        except patches.PatchApplyError as exc:
-            raise errors.unprocessable(exc.message) from exc
+        patched = self.patch_document(original, content_type, document, rtype.strategy.merge_schema)
         if not isinstance(patched, dict):
             raise errors.bad_request("the patched object is not a JSON object")
+        if write.check is not None:
+            patched = write.check(patched)
         patched = self._check_type(rtype, clone(patched))
         new = self.internal(rtype, patched)
         meta = new["metadata"]
@@ -394,7 +470,86 @@ class Registry:
         rv = meta.get("resourceVersion", "")
         if rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
-        return self._apply_update(rtype, stype, current, new, subresource, dry_run)
+        return self._apply_update(rtype, stype, current, new, write)
+
+    @staticmethod
+    def patch_document(
+        original: Obj,
+        content_type: str,
+        document: Any,
+        merge_schema: patches.PatchSchema | None = None,
+    ) -> Any:
+        """`original` with a JSON, merge, strategic or (as a merge) apply patch applied;
+        400 for a patch that cannot be read, 422 for one that cannot be applied."""
+        try:
+            if content_type == JSON_PATCH:
+                return patches.json_patch(original, document)
+            if content_type in (MERGE_PATCH, APPLY_PATCH):
+                return patches.json_merge_patch(original, document)
+            return patches.strategic_merge_patch(original, document, merge_schema or {})
+        except patches.MalformedPatchError as exc:
+            raise errors.bad_request(exc.message) from exc
+        except patches.PatchApplyError as exc:
+            raise errors.unprocessable(exc.message) from exc
+
+    # -- server-side apply ------------------------------------------------------------
+    def apply(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        config: Any,
+        *,
+        write: Write,
+        force: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply of `config` by `write.manager`; returns the object and whether
+        it was created. Conflicts with other managers are 409 unless `force`."""
+        assert write.manager is not None
+        config = self._check_type(rtype, config)
+        meta = config["metadata"]
+        if meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        if meta.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
+            )
+        if rtype.namespaced and meta.get("namespace", namespace) != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        config.setdefault("apiVersion", rtype.api_version)
+        config.setdefault("kind", rtype.kind)
+        stype = self.stored_type(rtype)
+        current = self.store.lookup(stype, namespace, name)
+        live = self.external(rtype, current.obj) if current is not None else None
+        if write.subresource and live is None:
+            raise errors.not_found(rtype.plural, rtype.group, name)
+        gvk = f"{rtype.api_version if rtype.group else '/' + rtype.version}, Kind={rtype.kind}"
+        merged = self.fields.apply(
+            clone(live) if live is not None else None,
+            config,
+            self.shape(rtype),
+            self._managed_request(rtype, write),
+            force=force,
+            name=name,
+            namespace=namespace if rtype.namespaced else "",
+            gvk=gvk,
+        )
+        if write.check is not None:
+            merged = write.check(merged)
+        managed = merged["metadata"].pop("managedFields")
+        if current is None:
+            merged["metadata"]["name"] = name
+            return self.create(rtype, namespace, merged, write=write, managed=managed), True
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, name, errors.MODIFIED)
+        new = self.internal(rtype, self._check_type(rtype, merged))
+        new["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        return self._apply_update(rtype, stype, current, new, write, managed), False
 
     # -- delete -----------------------------------------------------------------------
     def delete(
@@ -405,7 +560,10 @@ class Registry:
         *,
         preconditions: Preconditions | None = None,
         dry_run: bool = False,
+        policy: str = gc.BACKGROUND,
     ) -> Obj:
+        """Delete an object: at once, or (with finalizers, or a Foreground/Orphan policy)
+        by marking it deleting until its finalizers are gone (see `gc.py`)."""
         preconditions = preconditions or Preconditions()
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
@@ -433,15 +591,27 @@ class Registry:
             return current.obj
         if rtype.kind == "Namespace":
             return self._delete_namespace(stype, current, dry_run)
-        if meta.get("finalizers"):
-            return self._mark_deleting(stype, current, dry_run)
+        added = {gc.FOREGROUND: gc.FOREGROUND_FINALIZER, gc.ORPHAN: gc.ORPHAN_FINALIZER}
+        extra = [added[policy]] if policy in added else []
+        if meta.get("finalizers") or extra:
+            deleting = self._mark_deleting(stype, current, dry_run, extra)
+            if not dry_run and extra:
+                self.gc.deleting(stype, deleting)
+            return deleting
         if dry_run:
             return current.obj
         return self._remove(stype, current)
 
-    def _mark_deleting(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:
+    def _mark_deleting(
+        self, stype: ResourceType, current: Stored, dry_run: bool, extra: Sequence[str] = ()
+    ) -> Obj:
         new = clone(current.obj)
         meta = new["metadata"]
+        if extra:
+            meta["finalizers"] = [
+                *(meta.get("finalizers") or []),
+                *(f for f in extra if f not in (meta.get("finalizers") or [])),
+            ]
         meta["deletionTimestamp"] = format_time(self.store.now())
         meta["deletionGracePeriodSeconds"] = 0
         if stype.strategy.track_generation:
@@ -457,6 +627,7 @@ class Registry:
         namespace = gone["metadata"].get("namespace", "")
         if namespace:
             self._finish_namespace(namespace)
+        self.gc.removed(stored.obj)
         return stored.obj
 
     def _delete_namespace(self, stype: ResourceType, current: Stored, dry_run: bool) -> Obj:

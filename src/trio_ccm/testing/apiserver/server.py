@@ -1,4 +1,17 @@
-"""The emulator core: one request handler behind both front doors (in-process and HTTP)."""
+"""The emulator core: `ApiServer.handle`, the one request handler behind both front doors
+(the in-process transport and the HTTP listener, `testing/_http.py`).
+
+A request is handled in upstream's order: authenticate (401), route (404), fault rules
+(latency, errors, conflicts; a body fault is applied to whatever is answered), authorize
+(403, when RBAC is on), negotiate the answer's media type (406 before anything is done),
+then the verb. Writes go through `bodies` (decoding, field validation, options) to the
+`registry`; reads come from the `store`. Answers are JSON (YAML or a Table when asked);
+watch answers stream and always release their watcher when closed.
+
+Contracts: the handler never blocks the Trio loop for long (everything but injected
+latency and watch streams completes without awaiting); every error is an `ApiError`
+answered as a `Status`; an injected outage raises `Refused` to the front door.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +19,15 @@ import datetime as dt
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
-import msgspec
 import trio
 import yaml
 
 from trio_ccm._version import __version__
-from trio_ccm.testing.apiserver import discovery, errors, tables
+from trio_ccm.testing._http import Body, Refused, Request, Response, StreamAborted
+from trio_ccm.testing.apiserver import bodies, discovery, errors, gc, openapi, tables, tokens
 from trio_ccm.testing.apiserver import fielderrors as fe
 from trio_ccm.testing.apiserver.auth import (
     ANONYMOUS,
@@ -28,7 +40,7 @@ from trio_ccm.testing.apiserver.auth import (
     User,
 )
 from trio_ccm.testing.apiserver.errors import ApiError
-from trio_ccm.testing.apiserver.faults import Faults
+from trio_ccm.testing.apiserver.faults import BODY_FAULTS, FaultRule, Faults, corrupt
 from trio_ccm.testing.apiserver.kinds import (
     REVIEW_TYPES,
     ResourceType,
@@ -36,15 +48,14 @@ from trio_ccm.testing.apiserver.kinds import (
     ServiceAllocator,
     standard_types,
 )
-from trio_ccm.testing.apiserver.registry import (
-    APPLY_PATCH,
-    PATCH_TYPES,
-    Registry,
-)
+from trio_ccm.testing.apiserver.protobuf import Decoder
+from trio_ccm.testing.apiserver.registry import Registry, Write
+from trio_ccm.testing.apiserver.schema import load_schema
 from trio_ccm.testing.apiserver.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,
+    label_selector_from_object,
     parse_field_selector,
     parse_label_selector,
 )
@@ -55,7 +66,7 @@ from trio_ccm.testing.apiserver.store import (
     Store,
     Stored,
     Watcher,
-    decode,
+    clone,
     encode,
     format_time,
     list_options_invalid,
@@ -70,61 +81,25 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 KUBERNETES_VERSION = (1, 33)
 
 
-class StreamAborted(Exception):  # noqa: N818 - a signal to the front doors, not an error
-    """A streamed response must end as a broken connection (injected reset)."""
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    query: Mapping[str, list[str]] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)  # lower-case names
-    body: bytes = b""
-
-    @classmethod
-    def build(
-        cls,
-        method: str,
-        path: str,
-        query_string: str,
-        headers: Iterable[tuple[str, str]],
-        body: bytes,
-    ) -> Request:
-        query = parse_qs(query_string, keep_blank_values=True)
-        lowered: dict[str, str] = {}
-        for name, value in headers:
-            key = name.lower()
-            lowered[key] = f"{lowered[key]},{value}" if key in lowered else value
-        return cls(method.upper(), path, query, lowered, body)
-
-    def arg(self, name: str, default: str = "") -> str:
-        values = self.query.get(name)
-        return values[-1] if values else default
-
-    def flag(self, name: str) -> bool:
-        return self.arg(name).lower() in ("true", "1")
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes | AsyncIterator[bytes]
-    content_type: str = JSON_TYPE
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    # Run when the response is closed, even if its body was never read (watch streams).
-    cleanup: Callable[[], None] | None = None
-
-    def all_headers(self) -> list[tuple[str, str]]:
-        return [
-            ("content-type", self.content_type),
-            ("cache-control", "no-cache, private"),
-            *self.headers,
-        ]
+def respond(
+    status: int,
+    body: Body,
+    content_type: str = JSON_TYPE,
+    *,
+    headers: Iterable[tuple[str, str]] = (),
+    cleanup: Callable[[], None] | None = None,
+) -> Response:
+    """A response with the headers every answer of kube-apiserver carries."""
+    return Response(
+        status,
+        body,
+        [("content-type", content_type), ("cache-control", "no-cache, private"), *headers],
+        cleanup,
+    )
 
 
 def _json(status: int, body: Any, content_type: str = JSON_TYPE) -> Response:
-    return Response(status, encode(body), content_type)
+    return respond(status, encode(body), content_type)
 
 
 def error_response(exc: ApiError) -> Response:
@@ -132,6 +107,19 @@ def error_response(exc: ApiError) -> Response:
     if exc.retry_after_s is not None:
         response.headers.append(("retry-after", str(exc.retry_after_s)))
     return response
+
+
+def _warned(response: Response, validation: bodies.Validation) -> Response:
+    """`response` with a Warning header for each problem field validation noted."""
+    response.headers += [bodies.warning_header(text) for text in validation.warnings]
+    return response
+
+
+@dataclass(frozen=True)
+class DeleteOptions:
+    preconditions: Preconditions
+    policy: str
+    dry_run: bool
 
 
 @dataclass(frozen=True)
@@ -171,7 +159,11 @@ class ApiServer:
             now=now, history_size=history_size, watch_buffer=watch_buffer, rng=self.rng
         )
         self.allocator = ServiceAllocator(service_cidr, node_port_range, self.rng)
-        self.authn = Authenticator(required=bool(admin_token) or rbac)
+        self.authn = Authenticator(
+            required=bool(admin_token) or rbac,
+            signer=tokens.TokenSigner(now=self.store.now),
+            account_uid=self._account_uid,
+        )
         self.authz = Authorizer(self.store)
         self.rbac = rbac
         self.faults = Faults(self.rng)
@@ -179,13 +171,21 @@ class ApiServer:
         self.watch_timeout_s = watch_timeout_s
         self.version = version
         self.host = "127.0.0.1"
-        self.registry = Registry(self.store, token_issuer=self.authn.issue_service_account)
+        self.schema = load_schema()
+        self.protobuf = Decoder(self.schema)
+        self.registry = Registry(
+            self.store, token_issuer=self.authn.issue_service_account, schema=self.schema
+        )
         self.types: dict[tuple[str, str, str], ResourceType | ReviewType] = {}
         for rtype in standard_types(self.allocator):
             self.store.register(rtype)
             self.types[(rtype.group, rtype.version, rtype.plural)] = rtype
         for review in REVIEW_TYPES:
             self.types[(review.group, review.version, review.plural)] = review
+        major, minor = version
+        self.openapi = openapi.OpenApi(
+            self.schema, list(self.types.values()), version=f"v{major}.{minor}.0"
+        )
         if admin_token:
             self.authn.add_admin(admin_token)
         self._bootstrap()
@@ -209,6 +209,10 @@ class ApiServer:
                 },
             }
         )
+
+    def _account_uid(self, namespace: str, name: str) -> str:
+        found = self.store.lookup(self.store.types["/v1/serviceaccounts"], namespace, name)
+        return str(found.obj["metadata"].get("uid", "")) if found is not None else ""
 
     def type_for(self, api_version: str, kind: str) -> ResourceType:
         group, _, version = api_version.rpartition("/")
@@ -273,6 +277,9 @@ class ApiServer:
 
     # -- handling ---------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
+        """Answer one request (the handler behind both front doors)."""
+        if self.faults.refusing():
+            raise Refused("emulated outage")
         try:
             return await self._handle(request)
         except ApiError as exc:
@@ -296,7 +303,18 @@ class ApiServer:
         )
         route = self._route(group, version, rest)
         verb = self._verb(request, route)
-        await self._faults(verb, route)
+        body_fault = await self._faults(verb, route)
+        try:
+            response = await self._handle_resource(request, user, route, verb)
+        except ApiError as exc:
+            if body_fault is None:
+                raise
+            response = error_response(exc)
+        return corrupt(response, body_fault) if body_fault is not None else response
+
+    async def _handle_resource(
+        self, request: Request, user: User, route: Route, verb: str
+    ) -> Response:
         self._authorize(
             Attributes(
                 user,
@@ -341,7 +359,9 @@ class ApiServer:
             raise errors.forbidden(attrs.resource, attrs.api_group, attrs.name, why)
         raise errors.forbidden("", "", "", why)
 
-    async def _faults(self, verb: str, route: Route) -> None:
+    async def _faults(self, verb: str, route: Route) -> FaultRule | None:
+        """Apply the latency, error and conflict rules that fire; return the body fault
+        (garbage or truncation) to apply to the answer, if one fires."""
         fired = self.faults.pick(
             verb, route.rtype.plural, route.subresource, route.namespace, route.name
         )
@@ -355,6 +375,7 @@ class ApiServer:
                 raise errors.conflict(
                     route.rtype.plural, route.rtype.group, route.name or "", errors.MODIFIED
                 )
+        return next((r for r in fired if r.action in BODY_FAULTS), None)
 
     def _route(self, group: str, version: str, rest: list[str]) -> Route:
         namespace = ""
@@ -399,25 +420,18 @@ class ApiServer:
         raise errors.method_not_allowed()
 
     # -- bodies -----------------------------------------------------------------------
-    def _body(self, request: Request, *, patch: bool = False) -> tuple[str, Any]:
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if patch:
-            if content_type == APPLY_PATCH:
-                raise errors.unsupported_media_type(content_type, PATCH_TYPES)
-            if content_type not in PATCH_TYPES:
-                raise errors.unsupported_media_type(content_type or "<none>", PATCH_TYPES)
-        elif content_type not in ("", JSON_TYPE, YAML_TYPE, "*/*"):
-            raise errors.unsupported_media_type(content_type, (JSON_TYPE, YAML_TYPE))
-        try:
-            if content_type == YAML_TYPE:
-                return content_type, yaml.safe_load(request.body.decode())
-            # The official Python client sends POST and PUT without a Content-Type.
-            return content_type, decode(request.body)
-        except (msgspec.DecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise errors.bad_request(
-                f"the body of the request could not be decoded as "
-                f"{'YAML' if content_type == YAML_TYPE else 'JSON'}: {exc}"
-            ) from exc
+    def _body(self, request: Request) -> tuple[str, Any]:
+        """A body that is not a stored object's (reviews, token requests, delete options,
+        the admin API): JSON, YAML or protobuf, never field-validated."""
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        decoded = bodies.decode(
+            request.body,
+            content_type,
+            accepted=bodies.OBJECT_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=False,
+        )
+        return content_type, decoded.value
 
     def _wants(self, request: Request) -> str:
         """'json', 'yaml' or 'table' from the Accept header; 406 if none fits."""
@@ -456,9 +470,9 @@ class ApiServer:
             return _json(status, body)
         external = self.registry.external(rtype, obj)
         if wants == "yaml":
-            return Response(status, yaml.safe_dump(external).encode(), YAML_TYPE)
+            return respond(status, yaml.safe_dump(external).encode(), YAML_TYPE)
         if raw is not None and rtype.to_external is None:
-            return Response(status, raw)
+            return respond(status, raw)
         return _json(status, external)
 
     # -- resources --------------------------------------------------------------------
@@ -466,9 +480,11 @@ class ApiServer:
         rtype = route.rtype
         assert isinstance(rtype, ResourceType)
         stype = self.registry.stored_type(rtype)
-        dry_run = "All" in request.query.get("dryRun", [])
+        self._wants(request)  # 406 before anything is done, as upstream negotiates first
         if route.subresource == "token":
             return self._token_request(request, route)
+        if route.subresource == "scale":
+            return self._scale(request, route, verb)
         namespace = route.namespace
         if verb == "get":
             stored = self.store.get(stype, namespace, route.name)
@@ -477,34 +493,19 @@ class ApiServer:
             return self._list(request, route)
         if verb == "watch":
             return self._watch(request, route)
-        if verb == "create":
-            if rtype.namespaced and not namespace:
-                raise errors.page_not_found()
-            _, body = self._body(request)
-            obj = self.registry.create(rtype, namespace, body, dry_run=dry_run)
-            return self._object_response(request, route, obj, 201)
-        if verb == "update":
-            _, body = self._body(request)
-            obj, created = self.registry.update(
-                rtype, namespace, route.name, body, subresource=route.subresource, dry_run=dry_run
-            )
-            return self._object_response(request, route, obj, 201 if created else 200)
+        if verb in ("create", "update"):
+            return self._create_or_update(request, route, verb)
         if verb == "patch":
-            content_type, document = self._body(request, patch=True)
-            obj = self.registry.patch(
-                rtype,
-                namespace,
-                route.name,
-                content_type,
-                document,
-                subresource=route.subresource,
-                dry_run=dry_run,
-            )
-            return self._object_response(request, route, obj)
+            return self._patch(request, route)
         if verb == "delete":
             options = self._delete_options(request)
             obj = self.registry.delete(
-                rtype, namespace, route.name, preconditions=options, dry_run=dry_run
+                rtype,
+                namespace,
+                route.name,
+                preconditions=options.preconditions,
+                dry_run=options.dry_run,
+                policy=options.policy,
             )
             if self.store.lookup(stype, namespace, route.name) is not None or (
                 rtype.plural in RETURNS_DELETED_OBJECT
@@ -526,17 +527,168 @@ class ApiServer:
                 },
             )
         if verb == "deletecollection":
-            return self._delete_collection(request, route, dry_run)
+            return self._delete_collection(request, route, self._delete_options(request))
         raise errors.method_not_allowed()
 
-    def _delete_options(self, request: Request) -> Preconditions:
-        if not request.body.strip():
-            return Preconditions()
-        _, body = self._body(request)
-        if not isinstance(body, dict):
-            raise errors.bad_request("DeleteOptions must be a JSON object")
+    def _manager(self, request: Request, options: bodies.Options) -> str:
+        return options.field_manager or bodies.default_manager(
+            request.headers.get("user-agent", "")
+        )
+
+    def _schema_shape(self, route: Route) -> Any:
+        assert isinstance(route.rtype, ResourceType)
+        return self.registry.shape(route.rtype)
+
+    def _validation_check(
+        self,
+        validation: bodies.Validation,
+        route: Route,
+        *,
+        apply: bool = False,
+        within: Any = None,
+    ) -> Callable[[Obj], Obj]:
+        """Field validation of an object a patch or an apply produced (`within`: the merge
+        or strategic patch, outside which the stored object is known to be clean)."""
+        rtype = route.rtype
+        shape = self._schema_shape(route)
+
+        def check(obj: Obj) -> Obj:
+            problems = bodies.unknown_sorted(self.schema, obj, shape, within=within)
+            validation.add(problems)
+            validation.settle(kind=rtype.kind, version=rtype.version, apply=apply)
+            return self.schema.prune(obj, shape) if problems else obj
+
+        return check
+
+    def _create_or_update(self, request: Request, route: Route, verb: str) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        options = bodies.parse_options(
+            request.query, "CreateOptions" if verb == "create" else "UpdateOptions"
+        )
+        if verb == "create" and rtype.namespaced and not route.namespace:
+            raise errors.page_not_found()
+        validation = bodies.Validation(options.field_validation)
+        decoded = bodies.decode(
+            request.body,
+            bodies.media_type(request.headers.get("content-type", "")),
+            accepted=bodies.OBJECT_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=validation.mode != bodies.IGNORE,
+        )
+        shape = self._schema_shape(route)
+        body = decoded.value
+        problems: list[str] = []
+        if decoded.pairs is not None:
+            problems = bodies.problems_in_order(self.schema, decoded.pairs, shape)
+        elif decoded.content_type == bodies.YAML_TYPE:
+            problems = decoded.yaml_duplicates + bodies.unknown_sorted(self.schema, body, shape)
+        validation.add(problems)
+        validation.settle(kind=rtype.kind, version=rtype.version)
+        if any(p.startswith("unknown field") for p in problems) or validation.mode == bodies.IGNORE:
+            body = self.schema.prune(body, shape)
+        write = Write(
+            manager=self._manager(request, options),
+            subresource=route.subresource,
+            dry_run=options.dry_run,
+        )
+        if verb == "create":
+            obj = self.registry.create(rtype, route.namespace, body, write=write)
+            response = self._object_response(request, route, obj, 201)
+        else:
+            obj, created = self.registry.update(
+                rtype, route.namespace, route.name, body, write=write
+            )
+            response = self._object_response(request, route, obj, 201 if created else 200)
+        return _warned(response, validation)
+
+    def _patch(self, request: Request, route: Route) -> Response:
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        apply = content_type == bodies.APPLY_PATCH
+        options = bodies.parse_options(request.query, "PatchOptions", apply=apply)
+        validation = bodies.Validation(options.field_validation)
+        decoded = bodies.decode(
+            request.body,
+            content_type or "<none>",
+            accepted=bodies.PATCH_TYPES,
+            decoder=self.protobuf,
+            keep_pairs=validation.mode != bodies.IGNORE,
+        )
+        write = Write(
+            manager=self._manager(request, options),
+            subresource=route.subresource,
+            dry_run=options.dry_run,
+            check=self._validation_check(
+                validation,
+                route,
+                apply=apply,
+                within=decoded.value
+                if content_type in (bodies.MERGE_PATCH, bodies.STRATEGIC_PATCH)
+                else None,
+            ),
+        )
+        if apply:
+            validation.add(decoded.yaml_duplicates)
+            validation.settle(kind=rtype.kind, version=rtype.version, apply=True)
+            obj, created = self.registry.apply(
+                rtype, route.namespace, route.name, decoded.value, write=write, force=options.force
+            )
+            response = self._object_response(request, route, obj, 201 if created else 200)
+            return _warned(response, validation)
+        if content_type == bodies.JSON_PATCH:
+            # Repeated keys inside values are lost by the JSON patch library, as upstream's.
+            validation.add(bodies.json_patch_problems(decoded.pairs))
+        else:
+            validation.add(bodies.duplicates_in(decoded.pairs))
+        obj = self.registry.patch(
+            rtype, route.namespace, route.name, content_type, decoded.value, write=write
+        )
+        return _warned(self._object_response(request, route, obj), validation)
+
+    def _delete_options(self, request: Request) -> DeleteOptions:
+        """DeleteOptions from the body and the query, validated as upstream's
+        ValidateDeleteOptions does (422 on DeleteOptions.meta.k8s.io)."""
+        body: Any = {}
+        if request.body.strip():
+            _, body = self._body(request)
+            if not isinstance(body, dict):
+                raise errors.bad_request("DeleteOptions must be a JSON object")
+        policy = body.get("propagationPolicy")
+        if "propagationPolicy" in request.query:
+            policy = request.arg("propagationPolicy")
+        orphan = body.get("orphanDependents")
+        if "orphanDependents" in request.query:
+            orphan = request.flag("orphanDependents")
+        dry_run = list(body.get("dryRun") or []) + list(request.query.get("dryRun", []))
+        errs: list[fe.FieldError] = []
+        if orphan is not None and policy is not None:
+            errs.append(
+                fe.invalid(
+                    "propagationPolicy",
+                    policy,
+                    "orphanDependents and deletionPropagation cannot be both set",
+                )
+            )
+        if policy is not None and policy not in (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN):
+            errs.append(
+                fe.not_supported(
+                    "propagationPolicy", policy, (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN, "nil")
+                )
+            )
+        if any(value != "All" for value in dry_run):
+            errs.append(fe.not_supported("dryRun", dry_run, ("All",)))
+        if errs:
+            raise errors.invalid("DeleteOptions", "meta.k8s.io", "", errs)
+        if policy is None:
+            policy = gc.ORPHAN if orphan else gc.BACKGROUND
         pre = body.get("preconditions") or {}
-        return Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
+        return DeleteOptions(
+            Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion")),
+            policy,
+            bool(dry_run),
+        )
 
     def _selectors(
         self, request: Request, rtype: ResourceType
@@ -609,19 +761,21 @@ class ApiServer:
                 "metadata": meta,
                 "items": [self.registry.external(rtype, s.obj) for s in result.items],
             }
-            return Response(200, yaml.safe_dump(listed).encode(), YAML_TYPE)
+            return respond(200, yaml.safe_dump(listed).encode(), YAML_TYPE)
         head = encode(
             {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version, "metadata": meta}
         )
         items = self._raw_items(rtype, result.items)
-        return Response(200, head[:-1] + b',"items":[' + b",".join(items) + b"]}")
+        return respond(200, head[:-1] + b',"items":[' + b",".join(items) + b"]}")
 
     def _raw_items(self, rtype: ResourceType, items: list[Stored]) -> list[bytes]:
         if rtype.to_external is None:
             return [s.raw for s in items]
         return [encode(rtype.to_external(s.obj)) for s in items]
 
-    def _delete_collection(self, request: Request, route: Route, dry_run: bool) -> Response:
+    def _delete_collection(
+        self, request: Request, route: Route, options: DeleteOptions
+    ) -> Response:
         rtype, result = self._list_items(request, route)
         deleted = []
         for stored in result.items:
@@ -629,7 +783,11 @@ class ApiServer:
             try:
                 deleted.append(
                     self.registry.delete(
-                        rtype, meta.get("namespace", ""), meta["name"], dry_run=dry_run
+                        rtype,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        dry_run=options.dry_run,
+                        policy=options.policy,
                     )
                 )
             except ApiError as exc:
@@ -679,12 +837,12 @@ class ApiServer:
             # Upstream answers 200 and one ERROR event; for a version it has not reached
             # it first waits up to 3 s for its cache to catch up.
             delay = 3.0 if exc.code == 504 else 0.0
-            return Response(200, _error_event(exc, delay))
+            return respond(200, _error_event(exc, delay))
         render = self._renderer(request, rtype, wants)
         stream = self._stream(
             watcher, replay, rtype, render, timeout_s, bookmarks, at if initial_end else None
         )
-        return Response(200, stream, cleanup=lambda: watcher.close("response closed"))
+        return respond(200, stream, cleanup=lambda: watcher.close("response closed"))
 
     @staticmethod
     def _validate_watch_options(request: Request, bookmarks: bool) -> None:
@@ -821,17 +979,110 @@ class ApiServer:
         finally:
             watcher.close("stream ended")
 
+    # -- the scale subresource (autoscaling/v1 Scale over a Deployment) ----------------
+    def _scale_of(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        selector = (obj.get("spec") or {}).get("selector")
+        try:
+            text = str(label_selector_from_object(selector)) if selector else ""
+        except SelectorError:
+            text = ""
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                key: meta[key]
+                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if key in meta
+            },
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {
+                "replicas": (obj.get("status") or {}).get("replicas", 0),
+                "selector": text,
+            },
+        }
+
+    def _scale(self, request: Request, route: Route, verb: str) -> Response:
+        """GET, PUT and PATCH of `deployments/NAME/scale`: the Deployment's replicas."""
+        rtype = route.rtype
+        assert isinstance(rtype, ResourceType)
+        current = self.store.get(self.registry.stored_type(rtype), route.namespace, route.name)
+        scale = self._scale_of(current.obj)
+        if verb == "get":
+            return _json(200, scale)
+        if verb not in ("update", "patch"):
+            raise errors.method_not_allowed()
+        content_type = bodies.media_type(request.headers.get("content-type", ""))
+        apply = verb == "patch" and content_type == bodies.APPLY_PATCH
+        options = bodies.parse_options(
+            request.query, "UpdateOptions" if verb == "update" else "PatchOptions", apply=apply
+        )
+        if verb == "update":
+            _, wanted = self._body(request)
+        else:
+            document = bodies.decode(
+                request.body,
+                content_type or "<none>",
+                accepted=bodies.PATCH_TYPES,
+                decoder=self.protobuf,
+                keep_pairs=False,
+            ).value
+            wanted = self.registry.patch_document(scale, content_type, document)
+        if not isinstance(wanted, dict):
+            raise errors.bad_request("the object provided is unrecognized or malformed")
+        rv = (wanted.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(rtype.plural, rtype.group, route.name, errors.MODIFIED)
+        replicas = (wanted.get("spec") or {}).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                route.name,
+                [fe.invalid("spec.replicas", replicas, "must be greater than or equal to 0")],
+            )
+        deployment = clone(current.obj)
+        deployment.setdefault("spec", {})["replicas"] = replicas
+        obj, _ = self.registry.update(
+            rtype,
+            route.namespace,
+            route.name,
+            deployment,
+            write=Write(
+                manager=self._manager(request, options),
+                subresource="scale",
+                dry_run=options.dry_run,
+            ),
+        )
+        return _json(200, self._scale_of(obj))
+
     # -- subresources and reviews -----------------------------------------------------
     def _token_request(self, request: Request, route: Route) -> Response:
+        """A TokenRequest: a bound, expiring JWT for an existing service account."""
         if request.method != "POST":
             raise errors.method_not_allowed()
         assert isinstance(route.rtype, ResourceType)
         self.store.get(route.rtype, route.namespace, route.name)
         _, body = self._body(request)
         spec = (body or {}).get("spec") or {}
-        seconds = int(spec.get("expirationSeconds") or 3600)
-        token = self.authn.issue_service_account(route.namespace, route.name)
-        expires = self.store.now() + dt.timedelta(seconds=seconds)
+        seconds = spec.get("expirationSeconds") or 3600
+        errs: list[fe.FieldError] = []
+        if not isinstance(seconds, int) or seconds < 600:
+            errs.append(
+                fe.invalid(
+                    "spec.expirationSeconds",
+                    seconds,
+                    "may not specify a duration less than 10 minutes",
+                )
+            )
+        elif seconds > 1 << 32:
+            errs.append(fe.too_long("spec.expirationSeconds", seconds, 1 << 32))
+        if errs:
+            raise errors.invalid("TokenRequest", "authentication.k8s.io", route.name, errs)
+        audiences = list(spec.get("audiences") or [tokens.ISSUER])
+        token, expires = self.authn.request_token(
+            route.namespace, route.name, audiences=audiences, expiration_s=seconds
+        )
         return _json(
             201,
             {
@@ -840,12 +1091,9 @@ class ApiServer:
                 "metadata": {
                     "name": route.name,
                     "namespace": route.namespace,
-                    "creationTimestamp": format_time(self.store.now()),
+                    "creationTimestamp": None,
                 },
-                "spec": {
-                    "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
-                    "expirationSeconds": seconds,
-                },
+                "spec": {"audiences": audiences, "expirationSeconds": seconds},
                 "status": {"token": token, "expirationTimestamp": format_time(expires)},
             },
         )
@@ -860,7 +1108,7 @@ class ApiServer:
         spec = body.get("spec") or {}
         status: Obj
         if rtype.kind == "TokenReview":
-            found = self.authn.tokens.get(str(spec.get("token", "")))
+            found = self.authn.lookup(str(spec.get("token", "")))
             status = {"authenticated": found is not None}
             if found is not None:
                 status["user"] = found.info()
@@ -998,7 +1246,7 @@ class ApiServer:
         self._authorize(Attributes(user, verb, False, path=path))
         stripped = path.rstrip("/") or "/"
         if stripped in ("/healthz", "/livez", "/readyz"):
-            return Response(200, b"ok", "text/plain; charset=utf-8")
+            return respond(200, b"ok", "text/plain; charset=utf-8")
         if stripped == "/version":
             major, minor = self.version
             return _json(
@@ -1015,17 +1263,35 @@ class ApiServer:
                     "platform": "linux/amd64",
                 },
             )
+        if stripped == "/.well-known/openid-configuration":
+            return _json(
+                200,
+                {
+                    "issuer": tokens.ISSUER,
+                    "jwks_uri": f"https://{self.host}/openid/v1/jwks",
+                    "response_types_supported": ["id_token"],
+                    "subject_types_supported": ["public"],
+                    "id_token_signing_alg_values_supported": ["ES256"],
+                },
+            )
+        if stripped == "/openid/v1/jwks":
+            return _json(200, self.authn.signer.jwks(), "application/jwk-set+json")
+        if stripped in ("/openapi/v2", "/swagger-2.0.0.pb-v1"):
+            wants_protobuf = stripped.endswith("pb-v1") or "protobuf" in request.headers.get(
+                "accept", ""
+            )
+            if wants_protobuf:
+                return respond(200, self.openapi.v2_protobuf(), openapi.V2_PROTOBUF_RESPONSE)
+            return _json(200, self.openapi.v2())
         if stripped == "/openapi/v3":
-            return _json(200, discovery.openapi_index(list(self.types.values())))
+            return _json(200, self.openapi.v3_index())
         if stripped.startswith("/openapi/v3/"):
             segments = stripped[len("/openapi/v3/") :].split("/")
             document = None
             if segments[0] == "api" and len(segments) == 2:
-                document = discovery.openapi_document(list(self.types.values()), "", segments[1])
+                document = self.openapi.v3("", segments[1])
             elif segments[0] == "apis" and len(segments) == 3:
-                document = discovery.openapi_document(
-                    list(self.types.values()), segments[1], segments[2]
-                )
+                document = self.openapi.v3(segments[1], segments[2])
             if document is not None:
                 return _json(200, document)
         raise errors.page_not_found()

@@ -2,7 +2,7 @@
 
 Everything here is synchronous: a write checks, commits and fans its event out to every
 watcher without an await in between, so watchers see a gap-free, ordered stream and no lock
-is needed. Kind-specific rules (defaults, validation, allocation) live in `kinds.py`.
+is needed. Kind-specific rules (defaults, validation, allocation) live in `kinds/`.
 """
 
 from __future__ import annotations

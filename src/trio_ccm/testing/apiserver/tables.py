@@ -6,8 +6,13 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from trio_ccm.testing.apiserver.schema import load_schema
+from trio_ccm.testing.apiserver.selectors import SelectorError, label_selector_from_object
+
 Obj = dict[str, Any]
-Column = tuple[str, str, int, str]  # name, type, priority, description
+# name, type, priority, description: a text, or (definition, field) whose schema
+# description upstream's printers take (their SwaggerDoc()[field]).
+Column = tuple[str, str, int, "str | tuple[str, str]"]
 Row = list[Any]
 
 
@@ -62,13 +67,22 @@ def _created(obj: Obj) -> str | None:
     return str(value) if value else None
 
 
-NAME: Column = ("Name", "string", 0, "Name must be unique within a namespace.")
-AGE: Column = (
-    "Age",
-    "string",
-    0,
-    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-)
+_META = "io.k8s.apimachinery.pkg.apis.meta.v1."
+_CORE = "io.k8s.api.core.v1."
+NAME: Column = ("Name", "string", 0, (_META + "ObjectMeta", "name"))
+AGE: Column = ("Age", "string", 0, (_META + "ObjectMeta", "creationTimestamp"))
+_CONTAINERS: Column = ("Containers", "string", 1, "Names of each container in the template.")
+_IMAGES: Column = ("Images", "string", 1, "Images referenced by each container in the template.")
+
+
+def _describe(source: str | tuple[str, str]) -> str:
+    """A column's description: its text, or the field's schema description (without the
+    enum paragraph, which upstream's SwaggerDoc does not carry)."""
+    if isinstance(source, str):
+        return source
+    definition, field = source
+    text = str(load_schema()[definition].properties.get(field, {}).get("description", ""))
+    return text.split("\n\nPossible enum values:", 1)[0]
 
 
 def _node(obj: Obj, now: dt.datetime) -> Row:
@@ -114,12 +128,12 @@ _NODE_COLUMNS: list[Column] = [
     ("Status", "string", 0, "The status of the node"),
     ("Roles", "string", 0, "The roles of the node"),
     AGE,
-    ("Version", "string", 0, "Kubelet Version reported by the node."),
-    ("Internal-IP", "string", 1, "List of internal IPs."),
-    ("External-IP", "string", 1, "List of external IPs."),
-    ("OS-Image", "string", 1, "OS image reported by the node."),
-    ("Kernel-Version", "string", 1, "Kernel version reported by the node."),
-    ("Container-Runtime", "string", 1, "Container runtime reported by the node."),
+    ("Version", "string", 0, (_CORE + "NodeSystemInfo", "kubeletVersion")),
+    ("Internal-IP", "string", 1, (_CORE + "NodeStatus", "addresses")),
+    ("External-IP", "string", 1, (_CORE + "NodeStatus", "addresses")),
+    ("OS-Image", "string", 1, (_CORE + "NodeSystemInfo", "osImage")),
+    ("Kernel-Version", "string", 1, (_CORE + "NodeSystemInfo", "kernelVersion")),
+    ("Container-Runtime", "string", 1, (_CORE + "NodeSystemInfo", "containerRuntimeVersion")),
 ]
 
 
@@ -159,23 +173,12 @@ def _service(obj: Obj, now: dt.datetime) -> Row:
 
 _SERVICE_COLUMNS: list[Column] = [
     NAME,
-    ("Type", "string", 0, "type determines how the Service is exposed."),
-    ("Cluster-IP", "string", 0, "clusterIP is the IP address of the service."),
-    (
-        "External-IP",
-        "string",
-        0,
-        "externalIPs is a list of IP addresses for which nodes in "
-        "the cluster will also accept traffic for this service.",
-    ),
-    ("Port(s)", "string", 0, "The list of ports that are exposed by this service."),
+    ("Type", "string", 0, (_CORE + "ServiceSpec", "type")),
+    ("Cluster-IP", "string", 0, (_CORE + "ServiceSpec", "clusterIP")),
+    ("External-IP", "string", 0, (_CORE + "ServiceSpec", "externalIPs")),
+    ("Port(s)", "string", 0, (_CORE + "ServiceSpec", "ports")),
     AGE,
-    (
-        "Selector",
-        "string",
-        1,
-        "Route service traffic to pods with label keys and values matching this selector.",
-    ),
+    ("Selector", "string", 1, (_CORE + "ServiceSpec", "selector")),
 ]
 
 
@@ -183,41 +186,178 @@ def _namespace(obj: Obj, now: dt.datetime) -> Row:
     return [_name(obj), (obj.get("status") or {}).get("phase", ""), _age(_created(obj), now)]
 
 
+def _terminal(phase: str) -> bool:
+    return phase in ("Succeeded", "Failed")
+
+
 def _pod(obj: Obj, now: dt.datetime) -> Row:
+    """Upstream's printPod: readiness, the status reason as kubectl shows it, restarts."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    containers = spec.get("containers") or []
-    statuses = status.get("containerStatuses") or []
-    ready = sum(1 for s in statuses if s.get("ready"))
-    restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
-    phase = status.get("phase", "Unknown")
+    phase = status.get("phase", "")
+    reason = status.get("reason") or phase
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == (
+            "SchedulingGated"
+        ):
+            reason = "SchedulingGated"
+    total = len(spec.get("containers") or [])
+    ready = restarts = 0
+    initializing = False
+    init_containers = spec.get("initContainers") or []
+    for i, container in enumerate(status.get("initContainerStatuses") or []):
+        restarts += int(container.get("restartCount", 0))
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated and terminated.get("exitCode", 0) == 0:
+            continue
+        if terminated:
+            if terminated.get("reason"):
+                reason = "Init:" + terminated["reason"]
+            elif terminated.get("signal"):
+                reason = f"Init:Signal:{terminated['signal']}"
+            else:
+                reason = f"Init:ExitCode:{terminated.get('exitCode', 0)}"
+        elif waiting and waiting.get("reason") and waiting["reason"] != "PodInitializing":
+            reason = "Init:" + waiting["reason"]
+        else:
+            reason = f"Init:{i}/{len(init_containers)}"
+        initializing = True
+        break
+    initialized = any(
+        c.get("type") == "Initialized" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if not initializing or initialized:
+        restarts = 0
+        running = False
+        for container in reversed(status.get("containerStatuses") or []):
+            restarts += int(container.get("restartCount", 0))
+            state = container.get("state") or {}
+            waiting, terminated = state.get("waiting") or {}, state.get("terminated")
+            if waiting.get("reason"):
+                reason = waiting["reason"]
+            elif terminated and terminated.get("reason"):
+                reason = terminated["reason"]
+            elif terminated:
+                if terminated.get("signal"):
+                    reason = f"Signal:{terminated['signal']}"
+                else:
+                    reason = f"ExitCode:{terminated.get('exitCode', 0)}"
+            elif container.get("ready") and state.get("running") is not None:
+                running = True
+                ready += 1
+        if reason == "Completed" and running:
+            has_ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            reason = "Running" if has_ready else "NotReady"
     if obj["metadata"].get("deletionTimestamp"):
-        phase = "Terminating"
+        if status.get("reason") == "NodeLost":
+            reason = "Unknown"
+        elif not _terminal(phase):
+            reason = "Terminating"
+    ips = status.get("podIPs") or []
+    gates = spec.get("readinessGates") or []
+    readiness = "<none>"
+    if gates:
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        met = sum(1 for g in gates if conditions.get(g.get("conditionType")) == "True")
+        readiness = f"{met}/{len(gates)}"
     return [
         _name(obj),
-        f"{ready}/{len(containers)}",
-        phase,
-        restarts,
+        f"{ready}/{total}",
+        reason,
+        str(restarts),
         _age(_created(obj), now),
-        status.get("podIP") or "<none>",
+        (ips[0].get("ip") if ips else "") or "<none>",
         spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        readiness,
     ]
 
 
 def _event(obj: Obj, now: dt.datetime) -> Row:
-    involved = obj.get("involvedObject") or obj.get("regarding") or {}
-    last = (
-        obj.get("lastTimestamp")
-        or obj.get("deprecatedLastTimestamp")
-        or obj.get("eventTime")
-        or _created(obj)
-    )
+    """Upstream's printEvent, wide (the server always prints every column)."""
+    core = "involvedObject" in obj or "regarding" not in obj
+    involved = (obj.get("involvedObject") if core else obj.get("regarding")) or {}
+    first_time = obj.get("firstTimestamp") or obj.get("deprecatedFirstTimestamp")
+    first = _age(first_time, now) if first_time else _age(obj.get("eventTime"), now)
+    last_time = obj.get("lastTimestamp") or obj.get("deprecatedLastTimestamp")
+    last = _age(last_time, now) if last_time else first
+    count = obj.get("count") or obj.get("deprecatedCount") or 0
+    series = obj.get("series")
+    if series:
+        last = _age(series.get("lastObservedTime"), now)
+        count = series.get("count", 0)
+    elif not count:
+        count = 1  # singleton events carry no count in the new API
     kind = str(involved.get("kind", "")).lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = obj.get("source") or obj.get("deprecatedSource") or {}
+    component = source.get("component") or obj.get("reportingComponent") or ""
+    component = component or obj.get("reportingController") or ""
+    instance = source.get("host") or obj.get("reportingInstance") or ""
     return [
-        _age(last, now),
+        last,
         obj.get("type", ""),
         obj.get("reason", ""),
-        f"{kind}/{involved.get('name', '')}",
-        obj.get("message") or obj.get("note") or "",
+        target,
+        involved.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component,
+        str(obj.get("message") or obj.get("note") or "").strip(),
+        first,
+        int(count),
+        _name(obj),
+    ]
+
+
+def _containers(template: Any) -> tuple[str, str]:
+    containers = ((template or {}).get("spec") or {}).get("containers") or []
+    return (
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+    )
+
+
+def _selector(selector: Any) -> str:
+    try:
+        return str(label_selector_from_object(selector)) if selector else ""
+    except SelectorError:
+        return ""
+
+
+def _deployment(obj: Obj, now: dt.datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    names, images = _containers(spec.get("template"))
+    return [
+        _name(obj),
+        f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 0)}",
+        int(status.get("updatedReplicas", 0)),
+        int(status.get("availableReplicas", 0)),
+        _age(_created(obj), now),
+        names,
+        images,
+        _selector(spec.get("selector")),
+    ]
+
+
+def _daemonset(obj: Obj, now: dt.datetime) -> Row:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    names, images = _containers(spec.get("template"))
+    node_selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    return [
+        _name(obj),
+        int(status.get("desiredNumberScheduled", 0)),
+        int(status.get("currentNumberScheduled", 0)),
+        int(status.get("numberReady", 0)),
+        int(status.get("updatedNumberScheduled", 0)),
+        int(status.get("numberAvailable", 0)),
+        ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>",
+        _age(_created(obj), now),
+        names,
+        images,
+        _selector(spec.get("selector")),
     ]
 
 
@@ -247,13 +387,34 @@ def _role(obj: Obj, now: dt.datetime) -> Row:
 
 
 def _binding(obj: Obj, now: dt.datetime) -> Row:
+    """Upstream's print(Cluster)RoleBinding: the role, then users, groups, service accounts."""
     ref = obj.get("roleRef") or {}
-    return [_name(obj), f"{ref.get('kind', '')}/{ref.get('name', '')}", _age(_created(obj), now)]
+    users, groups, accounts = [], [], []
+    for subject in obj.get("subjects") or []:
+        kind, name = subject.get("kind"), subject.get("name", "")
+        if kind == "User":
+            users.append(name)
+        elif kind == "Group":
+            groups.append(name)
+        elif kind == "ServiceAccount":
+            accounts.append(f"{subject.get('namespace', '')}/{name}")
+    return [
+        _name(obj),
+        f"{ref.get('kind', '')}/{ref.get('name', '')}",
+        _age(_created(obj), now),
+        ", ".join(users),
+        ", ".join(groups),
+        ", ".join(accounts),
+    ]
 
 
 def _default(obj: Obj, now: dt.datetime) -> Row:
     return [_name(obj), _age(_created(obj), now)]
 
+
+_APPS = "io.k8s.api.apps.v1."
+_LEASE_SPEC = "io.k8s.api.coordination.v1.LeaseSpec"
+_EVENT = _CORE + "Event"
 
 PRINTERS: dict[str, tuple[list[Column], Callable[[Obj, dt.datetime], Row]]] = {
     "node": (_NODE_COLUMNS, _node),
@@ -262,47 +423,117 @@ PRINTERS: dict[str, tuple[list[Column], Callable[[Obj, dt.datetime], Row]]] = {
     "pod": (
         [
             NAME,
-            ("Ready", "string", 0, "The aggregate readiness state of this pod"),
+            (
+                "Ready",
+                "string",
+                0,
+                "The aggregate readiness state of this pod for accepting traffic.",
+            ),
             ("Status", "string", 0, "The aggregate status of the containers in this pod."),
             (
                 "Restarts",
                 "string",
                 0,
-                "The number of times the containers in this pod have been restarted.",
+                "The number of times the containers in this pod have been restarted and when "
+                "the last container in this pod has restarted.",
             ),
             AGE,
-            ("IP", "string", 1, "IP address allocated to the pod."),
-            ("Node", "string", 1, "Name of the node the pod is assigned to."),
+            ("IP", "string", 1, (_CORE + "PodStatus", "podIP")),
+            ("Node", "string", 1, (_CORE + "PodSpec", "nodeName")),
+            ("Nominated Node", "string", 1, (_CORE + "PodStatus", "nominatedNodeName")),
+            ("Readiness Gates", "string", 1, (_CORE + "PodSpec", "readinessGates")),
         ],
         _pod,
     ),
     "event": (
         [
-            ("Last Seen", "string", 0, "Time when this Event was last observed."),
-            ("Type", "string", 0, "Type of this event (Normal, Warning)."),
-            ("Reason", "string", 0, "The reason for this event."),
-            ("Object", "string", 0, "The object this Event is about."),
-            ("Message", "string", 0, "A human-readable description."),
+            ("Last Seen", "string", 0, (_EVENT, "lastTimestamp")),
+            ("Type", "string", 0, (_EVENT, "type")),
+            ("Reason", "string", 0, (_EVENT, "reason")),
+            ("Object", "string", 0, (_EVENT, "involvedObject")),
+            ("Subobject", "string", 1, (_CORE + "ObjectReference", "fieldPath")),
+            ("Source", "string", 1, (_EVENT, "source")),
+            ("Message", "string", 0, (_EVENT, "message")),
+            ("First Seen", "string", 1, (_EVENT, "firstTimestamp")),
+            ("Count", "string", 1, (_EVENT, "count")),
+            ("Name", "string", 1, (_META + "ObjectMeta", "name")),
         ],
         _event,
     ),
-    "lease": ([NAME, ("Holder", "string", 0, "The holder of the lease."), AGE], _lease),
-    "configmap": ([NAME, ("Data", "string", 0, "Number of keys."), AGE], _data_count),
+    "deployment": (
+        [
+            NAME,
+            ("Ready", "string", 0, "Number of the pod with ready state"),
+            ("Up-to-date", "string", 0, (_APPS + "DeploymentStatus", "updatedReplicas")),
+            ("Available", "string", 0, (_APPS + "DeploymentStatus", "availableReplicas")),
+            AGE,
+            _CONTAINERS,
+            _IMAGES,
+            ("Selector", "string", 1, (_APPS + "DeploymentSpec", "selector")),
+        ],
+        _deployment,
+    ),
+    "daemonset": (
+        [
+            NAME,
+            ("Desired", "integer", 0, (_APPS + "DaemonSetStatus", "desiredNumberScheduled")),
+            ("Current", "integer", 0, (_APPS + "DaemonSetStatus", "currentNumberScheduled")),
+            ("Ready", "integer", 0, (_APPS + "DaemonSetStatus", "numberReady")),
+            ("Up-to-date", "integer", 0, (_APPS + "DaemonSetStatus", "updatedNumberScheduled")),
+            ("Available", "integer", 0, (_APPS + "DaemonSetStatus", "numberAvailable")),
+            ("Node Selector", "string", 0, (_CORE + "PodSpec", "nodeSelector")),
+            AGE,
+            _CONTAINERS,
+            _IMAGES,
+            ("Selector", "string", 1, (_APPS + "DaemonSetSpec", "selector")),
+        ],
+        _daemonset,
+    ),
+    "lease": (
+        [
+            NAME,
+            ("Holder", "string", 0, ("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity")),
+            AGE,
+        ],
+        _lease,
+    ),
+    "configmap": ([NAME, ("Data", "string", 0, (_CORE + "ConfigMap", "data")), AGE], _data_count),
     "secret": (
         [
             NAME,
-            ("Type", "string", 0, "The type of secret"),
-            ("Data", "string", 0, "Number of keys."),
+            ("Type", "string", 0, (_CORE + "Secret", "type")),
+            ("Data", "string", 0, (_CORE + "Secret", "data")),
             AGE,
         ],
         _secret,
     ),
     "serviceaccount": (
-        [NAME, ("Secrets", "string", 0, "Number of secrets."), AGE],
+        [NAME, ("Secrets", "string", 0, (_CORE + "ServiceAccount", "secrets")), AGE],
         _service_account,
     ),
-    "role": ([NAME, ("Created At", "date", 0, "Time when the object was created.")], _role),
-    "binding": ([NAME, ("Role", "string", 0, "The role this binding grants."), AGE], _binding),
+    "role": ([NAME, ("Created At", "date", 0, (_META + "ObjectMeta", "creationTimestamp"))], _role),
+    "rolebinding": (
+        [
+            NAME,
+            ("Role", "string", 0, ("io.k8s.api.rbac.v1.RoleBinding", "roleRef")),
+            AGE,
+            ("Users", "string", 1, "Users in the roleBinding"),
+            ("Groups", "string", 1, "Groups in the roleBinding"),
+            ("ServiceAccounts", "string", 1, "ServiceAccounts in the roleBinding"),
+        ],
+        _binding,
+    ),
+    "clusterrolebinding": (
+        [
+            NAME,
+            ("Role", "string", 0, ("io.k8s.api.rbac.v1.ClusterRoleBinding", "roleRef")),
+            AGE,
+            ("Users", "string", 1, "Users in the clusterRoleBinding"),
+            ("Groups", "string", 1, "Groups in the clusterRoleBinding"),
+            ("ServiceAccounts", "string", 1, "ServiceAccounts in the clusterRoleBinding"),
+        ],
+        _binding,
+    ),
 }
 
 
@@ -341,7 +572,7 @@ def table(
                 "name": name,
                 "type": kind,
                 "format": "name" if name == "Name" else "",
-                "description": description,
+                "description": _describe(description),
                 "priority": priority,
             }
             for name, kind, priority, description in columns

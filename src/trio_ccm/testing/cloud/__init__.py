@@ -10,6 +10,7 @@ write_cloud_config(path, url=listening.url, replica="ccm-0")  # for `--cloud-pro
 The HTTP API is documented in docs/sim-cloud.md.
 """
 
+from trio_ccm.testing._http import Request, Response
 from trio_ccm.testing.cloud.config import cloud_config, write_cloud_config
 from trio_ccm.testing.cloud.errors import SimApiError
 from trio_ccm.testing.cloud.faults import (
@@ -28,7 +29,7 @@ from trio_ccm.testing.cloud.model import (
     LoadBalancer,
     LoadBalancerPort,
 )
-from trio_ccm.testing.cloud.server import Request, Response, SimCloud
+from trio_ccm.testing.cloud.server import SimCloud
 from trio_ccm.testing.cloud.transport import SimCloudTransport
 
 __all__ = [

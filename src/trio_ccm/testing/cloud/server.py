@@ -13,13 +13,13 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, unquote
 
 import msgspec
 import trio
 
+from trio_ccm.testing._http import Request, Response
 from trio_ccm.testing.cloud import bodies
 from trio_ccm.testing.cloud.errors import SimApiError, bad_request, conflict, not_found
 from trio_ccm.testing.cloud.faults import METHOD_FAMILIES, Faults
@@ -35,7 +35,7 @@ from trio_ccm.testing.cloud.model import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Request", "Response", "SimCloud", "error_response", "json_response"]
+__all__ = ["SimCloud", "error_response", "json_response"]
 
 JSON_TYPE = "application/json"
 REPLICA_HEADER = "x-sim-replica"
@@ -58,59 +58,12 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-@dataclass(frozen=True)
-class Request:
-    """An HTTP request as the core sees it: `path` still percent-encoded, headers lower-case."""
-
-    method: str
-    path: str
-    query: Mapping[str, list[str]] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-    @classmethod
-    def build(
-        cls,
-        method: str,
-        path: str,
-        query_string: str,
-        headers: Iterable[tuple[str, str]],
-        body: bytes,
-    ) -> Request:
-        query = parse_qs(query_string, keep_blank_values=True)
-        lowered = {name.lower(): value for name, value in headers}
-        return cls(method.upper(), path, query, lowered, body)
-
-    def segments(self) -> list[str]:
-        """The path's segments, each percent-decoded (so a segment may hold a slash)."""
-        return [unquote(part) for part in self.path.split("/") if part]
-
-    def arg(self, name: str) -> str | None:
-        values = self.query.get(name)
-        return values[-1] if values else None
-
-    def list_arg(self, name: str) -> list[str]:
-        """A comma-separated query parameter (repeatable) as a list without empty items."""
-        return [item for value in self.query.get(name, []) for item in value.split(",") if item]
-
-
-@dataclass(frozen=True)
-class Response:
-    """An HTTP response of the core: a status, a JSON (or empty) body, extra headers."""
-
-    status: int
-    body: bytes = b""
-    headers: tuple[tuple[str, str], ...] = ()
-
-    def all_headers(self) -> list[tuple[str, str]]:
-        content = [("content-type", JSON_TYPE)] if self.body else []
-        return [*content, *self.headers]
-
-
 def json_response(
     status: int, body: Mapping[str, JSON], *, retry_after_s: float | None = None
 ) -> Response:
-    headers = () if retry_after_s is None else (("retry-after", repr(float(retry_after_s))),)
+    headers = [("content-type", JSON_TYPE)]
+    if retry_after_s is not None:
+        headers.append(("retry-after", repr(float(retry_after_s))))
     return Response(status, msgspec.json.encode(body), headers)
 
 
@@ -401,7 +354,7 @@ class SimCloud:
     # -- the HTTP core ----------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request: the API under /v1/, the admin API under /_sim/."""
-        if request.path == "/_sim" or request.path.startswith("/_sim/"):
+        if request.raw_path == "/_sim" or request.raw_path.startswith("/_sim/"):
             try:
                 return self._admin(request)
             except SimApiError as exc:
@@ -409,7 +362,7 @@ class SimCloud:
         arrived = trio.current_time()
         wall = self._wall_clock()
         replica = request.headers.get(REPLICA_HEADER, "")
-        method, target, status = "Unknown", request.path, 499  # 499: the caller went away
+        method, target, status = "Unknown", request.raw_path, 499  # 499: the caller went away
         try:
             try:
                 endpoint = self._route(request)
@@ -430,13 +383,13 @@ class SimCloud:
     def _route(self, request: Request) -> _Endpoint:
         parts = request.segments()
         if parts[:1] != ["v1"]:
-            raise not_found(f"path {request.path}")
+            raise not_found(f"path {request.raw_path}")
         verb = request.method
 
         def allow(*verbs: str) -> None:
             if verb not in verbs:
                 raise SimApiError(
-                    405, f"{verb} {request.path}: allowed methods are {', '.join(verbs)}"
+                    405, f"{verb} {request.raw_path}: allowed methods are {', '.join(verbs)}"
                 )
 
         match parts[1:]:
@@ -492,7 +445,7 @@ class SimCloud:
                         cluster,
                         lambda now: self._create_route(cluster, request.body),
                     )
-                cidr = request.arg("destinationCIDR") or ""
+                cidr = request.arg("destinationCIDR")
                 return _Endpoint(
                     "DeleteRoute",
                     f"{cluster}/{cidr}",
@@ -506,7 +459,7 @@ class SimCloud:
                 return _Endpoint(
                     "DeleteRoute", target, lambda now: self._delete_route(cluster, name)
                 )
-        raise not_found(f"path {request.path}")
+        raise not_found(f"path {request.raw_path}")
 
     # -- API handlers -----------------------------------------------------------------
     def _health(self, now: float) -> Response:
@@ -750,7 +703,9 @@ class SimCloud:
             case "GET", ["calls"]:
                 calls: list[JSON] = [
                     call.to_json()
-                    for call in self.calls_by(request.arg("method"), request.arg("replica"))
+                    for call in self.calls_by(
+                        request.arg("method") or None, request.arg("replica") or None
+                    )
                 ]
                 return json_response(200, {"calls": calls})
             case "DELETE", ["calls"]:
@@ -774,7 +729,7 @@ class SimCloud:
             case "PATCH", ["settings"]:
                 self._change_settings(request.body)
                 return json_response(200, self._settings())
-        raise not_found(f"admin endpoint {verb} {request.path}")
+        raise not_found(f"admin endpoint {verb} {request.raw_path}")
 
     def _add_fault(self, kind: str, raw: bytes) -> dict[str, JSON]:
         try:

@@ -1,4 +1,4 @@
-"""The in-process front door: an httpx transport that calls the simulated cloud directly.
+"""The in-process front door of the simulated cloud (the shared `InProcessTransport`).
 
 No sockets, so it runs under `trio.testing.MockClock`: injected latency is a `trio.sleep`
 inside the core, and cancelling the caller cancels the call (logged with status 499).
@@ -6,33 +6,13 @@ inside the core, and cancelling the caller cancels the call (logged with status 
 
 from __future__ import annotations
 
-import httpx
-import trio
-
-from trio_ccm.testing.cloud.server import Request, SimCloud
+from trio_ccm.testing._http import InProcessTransport
+from trio_ccm.testing.cloud.server import SimCloud
 
 
-class SimCloudTransport(httpx.AsyncBaseTransport):
+class SimCloudTransport(InProcessTransport):
     """`httpx.AsyncClient(transport=cloud.transport(), base_url="http://sim-cloud")`."""
 
     def __init__(self, cloud: SimCloud) -> None:
+        super().__init__(cloud.handle)
         self.cloud = cloud
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        # A real request yields to the scheduler; so does this one, latency or not.
-        await trio.lowlevel.checkpoint()
-        body = await request.aread()
-        ours = Request.build(
-            request.method,
-            request.url.raw_path.partition(b"?")[0].decode("ascii"),
-            request.url.query.decode(),
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw],
-            body,
-        )
-        response = await self.cloud.handle(ours)
-        return httpx.Response(
-            response.status,
-            headers=response.all_headers(),
-            content=response.body,
-            request=request,
-        )

@@ -1,4 +1,4 @@
-"""Small builders shared by the emulator tests."""
+"""Small builders for the emulator's own tests: content types, paths, a Node, a Service."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import MERGE, NODES, SERVICES, node, service
+from tests.helpers.emulator import MERGE, NODES, SERVICES, node, service
 
 DNS1035 = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "

@@ -683,7 +683,8 @@ async def test_admin_delete_one_fault_and_all_faults(
         ),
         pytest.param(
             {"action": "explode"},
-            "bad fault rule: unknown fault action 'explode': use error, latency or conflict",
+            "bad fault rule: unknown fault action 'explode': use error, latency, conflict, "
+            "garbage, truncate",
             id="unknown-action",
         ),
         pytest.param(

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import JSON_PATCH, MERGE, NODES, node
+from tests.helpers.emulator import JSON_PATCH, MERGE, NODES, node
 from trio_ccm.kube.patches import set_pod_cidrs
 
 ONE_PER_FAMILY = "may specify no more than one CIDR for each IP family"

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import MERGE, NODES, SERVICES, node, service
+from tests.helpers.emulator import MERGE, NODES, SERVICES, node, service
 from trio_ccm.testing.apiserver import ApiServer
 
 

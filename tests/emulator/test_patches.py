@@ -8,7 +8,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import (
+from tests.helpers.emulator import (
     JSON_PATCH,
     MERGE,
     NODES,
@@ -172,14 +172,13 @@ async def test_strategic_patch_service_ports_by_port_and_protocol(
 @pytest.mark.parametrize(
     ("content_type", "code"),
     [
-        pytest.param("application/apply-patch+yaml", 415, id="apply"),
         pytest.param("application/json", 415, id="plain-json"),
     ],
 )
 async def test_unsupported_patch_types(
     client: httpx.AsyncClient, content_type: str, code: int
 ) -> None:
-    """Patch content types other than merge, JSON and strategic are 415."""
+    """Patch content types other than merge, JSON, strategic and apply are 415."""
     with trio.fail_after(5):
         await client.post(NODES, json=node("n1"))
         response = await client.patch(

@@ -8,7 +8,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import MERGE, SERVICES, service
+from tests.helpers.emulator import MERGE, SERVICES, service
 from trio_ccm.testing.apiserver import ApiServer
 
 

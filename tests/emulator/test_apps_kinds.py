@@ -15,7 +15,7 @@ import httpx
 import pytest
 import trio
 
-from tests.integration.apiserver.helpers import MERGE, STRATEGIC
+from tests.helpers.emulator import MERGE, STRATEGIC
 from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
