@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+import trio
+
 from trio_ccm.cloud.aws.client import AwsClient
 from trio_ccm.cloud.aws.codec import Parsed
 from trio_ccm.cloud.aws.errors import AwsError
@@ -56,6 +58,7 @@ _INSTANCE_ID: Final = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _NAMED_ID: Final = re.compile(r"\bi-[0-9a-zA-Z]+\b")
 _NOT_FOUND: Final = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
 _NOT_FOUND_ROUNDS: Final = 3
+_CONVERT_INLINE_MAX: Final = 100
 
 T = TypeVar("T")
 
@@ -151,6 +154,20 @@ def _eni(item: Mapping[str, object]) -> NetworkInterface:
     )
 
 
+async def _converted(pages: Sequence[Parsed]) -> list[Ec2Instance]:
+    """`_instances(pages)`, in a worker thread when there are many (13 ms per 1,000)."""
+    count = 0
+    for page in pages:
+        reservations = page.get("Reservations")
+        for reservation in reservations if isinstance(reservations, list) else ():
+            if isinstance(reservation, Mapping):
+                items = reservation.get("Instances")
+                count += len(items) if isinstance(items, list) else 0
+    if count <= _CONVERT_INLINE_MAX:
+        return _instances(pages)
+    return await trio.to_thread.run_sync(_instances, pages, abandon_on_cancel=True)
+
+
 def _instances(pages: Iterable[Parsed]) -> list[Ec2Instance]:
     found: list[Ec2Instance] = []
     for page in pages:
@@ -175,7 +192,7 @@ async def describe_by_filters(
         {"Filters": filters(spec), "MaxResults": PAGE_SIZE},
         target=target,
     )
-    return _instances(pages)
+    return await _converted(pages)
 
 
 async def describe_by_ids(
@@ -209,7 +226,7 @@ async def _describe_chunk(
             if not remaining:
                 return {}
             continue
-        return {instance.id: instance for instance in _instances(pages) if instance.id in ids}
+        return {instance.id: instance for instance in await _converted(pages) if instance.id in ids}
     found: dict[str, Ec2Instance] = {}
     for chunk in chunks(remaining, FILTER_VALUES_MAX):
         for instance in await describe_by_filters(

@@ -1,0 +1,222 @@
+"""The aws test world: one moto server for the session (reset per test), a cluster built on
+it, the aws provider pointed at it, and trio-ccm replicas (serve()) against the emulator.
+
+moto answers from a thread over loopback, so these tests run on real time: each is bounded
+by `trio.fail_after` and waits on conditions (a watch on the emulator's Nodes, re-checking
+after every change), never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from prometheus_client import CollectorRegistry
+
+from tests.helpers.kube import config_for
+from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
+from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
+from trio_ccm.settings import parse_flags
+from trio_ccm.supervisor import Serving, serve
+from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.aws import Instance, MotoServer, World
+
+CLUSTER_ID = "test-cluster"
+UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+SHUTDOWN = "node.cloudprovider.kubernetes.io/shutdown"
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    """moto on loopback for the whole session (its first EC2 call costs about a second)."""
+    with MotoServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def moto(moto_server: MotoServer) -> MotoServer:
+    """The session's moto, emptied (backends, fault rules, counters) for this test."""
+    await moto_server.areset()
+    return moto_server
+
+
+@pytest.fixture
+async def world(moto: MotoServer) -> World:
+    """A cluster on moto: VPC, subnets in us-east-1a/b/c, a cluster-tagged route table."""
+    return await World.create(moto, cluster_id=CLUSTER_ID)
+
+
+@asynccontextmanager
+async def open_provider(
+    world: World, *, environ: dict[str, str] | None = None, **global_keys: str
+) -> AsyncIterator[AwsProvider]:
+    """The aws provider from the world's cloud-config (plus `global_keys`)."""
+    provider = AwsProvider(
+        parse_cloud_config(world.cloud_config(**global_keys)),
+        environ=environ if environ is not None else world.environ(),
+    )
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+@pytest.fixture
+async def provider(world: World) -> AsyncIterator[AwsProvider]:
+    async with open_provider(world) as found:
+        yield found
+
+
+# -- controller-level: the emulator, and trio-ccm replicas -------------------------------------
+@dataclass
+class Cluster:
+    """The emulator beside the moto world, and the test's own REST access to it."""
+
+    api: ApiServer
+    world: World
+    http: httpx.AsyncClient
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def node(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get("v1", "Node", name)
+        return found
+
+    def has_node(self, name: str) -> bool:
+        try:
+            self.api.get("v1", "Node", name)
+        except Exception:  # the emulator's not-found error
+            return False
+        return True
+
+    def taints(self, name: str) -> list[str]:
+        return [t["key"] for t in self.node(name)["spec"].get("taints", [])]
+
+    def register(self, instance: Instance, **tweaks: Any) -> str:
+        """The kubelet's Node on `instance` (World.node_manifest); returns its name."""
+        manifest = World.node_manifest(instance, **tweaks)
+        self.api.create(manifest)
+        name: str = manifest["metadata"]["name"]
+        return name
+
+    async def set_ready(self, name: str, ready: bool) -> None:
+        status = "True" if ready else "False"
+        response = await self.http.patch(
+            f"/api/v1/nodes/{name}/status",
+            json={
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": status,
+                            "reason": "KubeletReady" if ready else "KubeletNotReady",
+                            "lastHeartbeatTime": "2026-11-21T10:00:00Z",
+                            "lastTransitionTime": "2026-11-21T10:00:00Z",
+                        }
+                    ]
+                }
+            },
+            headers={"content-type": "application/strategic-merge-patch+json"},
+        )
+        response.raise_for_status()
+
+    async def events(self, reason: str) -> list[dict[str, Any]]:
+        response = await self.http.get("/api/v1/events")
+        items: list[dict[str, Any]] = response.json()["items"]
+        return [e for e in items if e.get("reason") == reason]
+
+    async def wait_for(self, check: Callable[[], Awaitable[bool] | bool]) -> None:
+        """Return once `check()` holds, checking again at every Node change (a watch)."""
+
+        async def holds() -> bool:
+            result = check()
+            return bool(await result) if not isinstance(result, bool) else result
+
+        while True:
+            listing = await self.http.get("/api/v1/nodes")
+            if await holds():
+                return
+            version = listing.json()["metadata"]["resourceVersion"]
+            async with self.http.stream(
+                "GET",
+                "/api/v1/nodes",
+                params={"watch": "1", "resourceVersion": version, "timeoutSeconds": "2"},
+            ) as stream:
+                async for _line in stream.aiter_lines():
+                    if await holds():
+                        return
+
+
+@asynccontextmanager
+async def open_cluster(world: World) -> AsyncIterator[Cluster]:
+    api = ApiServer(seed=1)
+    async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as http:
+        yield Cluster(api, world, http)
+
+
+@pytest.fixture
+async def cluster(world: World) -> AsyncIterator[Cluster]:
+    async with open_cluster(world) as found:
+        yield found
+
+
+@asynccontextmanager
+async def running(
+    cluster: Cluster,
+    flags: Sequence[str] = (),
+    *,
+    controllers: str = "cloud-node-controller,cloud-node-lifecycle-controller",
+    provider: AwsProvider | None = None,
+) -> AsyncIterator[Serving]:
+    """A trio-ccm replica with the aws provider, as `trio-ccm --cloud-provider=aws ...` runs,
+    against the emulator (in-process transport) and moto (loopback HTTP)."""
+    settings = parse_flags(
+        [
+            "--cloud-provider=aws",
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--controllers={controllers}",
+            f"--cluster-name={CLUSTER_ID}",
+            *flags,
+        ],
+        controller_aliases=CONTROLLER_ALIASES,
+    )
+    own = provider is None
+    if provider is None:
+        provider = AwsProvider(
+            parse_cloud_config(cluster.world.cloud_config()), environ=cluster.world.environ()
+        )
+    try:
+        async with trio.open_nursery() as nursery:
+            serving: Serving = await nursery.start(
+                lambda task_status: serve(
+                    settings,
+                    provider,
+                    connection=config_for(cluster.api),
+                    transport=cluster.api.transport(),
+                    registry=cluster.registry,
+                    identity="ccm-aws",
+                    task_status=task_status,
+                )
+            )
+            await serving.wait_leading()
+            yield serving
+            nursery.cancel_scope.cancel()
+    finally:
+        if own:
+            await provider.aclose()
+
+
+def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """A sample's value (0 when absent)."""
+    value = registry.get_sample_value(name, labels)
+    return value if value is not None else 0.0
+
+
+def utc(seconds: float = 0.0) -> dt.datetime:
+    return dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
