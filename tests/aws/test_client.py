@@ -171,7 +171,10 @@ async def test_an_unreachable_endpoint_is_a_server_error_naming_it(world: World)
     """A refused connection is retried, then raised as AwsServerError with the endpoint."""
     client = client_for(world, url="http://127.0.0.1:9")
     try:
-        with trio.fail_after(20), pytest.raises(AwsServerError, match="127.0.0.1:9 did not answer"):
+        with (
+            trio.fail_after(20),
+            pytest.raises(AwsServerError, match=r"127\.0\.0\.1:9 did not answer"),
+        ):
             await client.call("ec2", "DescribeVpcs")
     finally:
         await client.aclose()
