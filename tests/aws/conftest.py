@@ -9,8 +9,9 @@ after every change), never on fixed sleeps.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,12 +55,17 @@ async def world(moto: MotoServer) -> World:
 
 @asynccontextmanager
 async def open_provider(
-    world: World, *, environ: dict[str, str] | None = None, **global_keys: str
+    world: World,
+    *,
+    environ: dict[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    **global_keys: str,
 ) -> AsyncIterator[AwsProvider]:
     """The aws provider from the world's cloud-config (plus `global_keys`)."""
     provider = AwsProvider(
         parse_cloud_config(world.cloud_config(**global_keys)),
         environ=environ if environ is not None else world.environ(),
+        transport=transport,
     )
     try:
         yield provider
@@ -220,3 +226,20 @@ def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 def utc(seconds: float = 0.0) -> dt.datetime:
     return dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+
+
+# -- loopback stand-ins (the metadata service, the container credentials endpoint) ---------
+@contextmanager
+def serve_wsgi(app: Callable[..., Any]) -> Iterator[str]:
+    """`app` served on 127.0.0.1 from a thread for the block; yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
