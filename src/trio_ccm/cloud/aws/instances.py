@@ -81,15 +81,14 @@ def instance_id_from_provider_id(value: str, *, node: str = "") -> str:
     ProviderIdError naming the Node and the accepted forms when it names none.
     """
     who = f"Node {node}: " if node else ""
-    text = (
-        value if value.startswith(f"{SCHEME}://") else f"{SCHEME}:///{'/' if value else ''}{value}"
-    )
-    parts = urlsplit(text)
+    # Upstream's rule: a bare value is a path under an empty host (aws:////<value>). Ours:
+    # another scheme's ID (gce://..., sim://...) is refused, not read as a path.
+    bare = not value.startswith(f"{SCHEME}://") and "://" not in value
+    parts = urlsplit(f"{SCHEME}:////{value}" if bare else value)
     tokens = [t for t in parts.path.strip("/").split("/") if t] if parts.scheme == SCHEME else []
     found = tokens[-1] if tokens else ""
-    if parts.scheme != SCHEME or not (
-        _UPSTREAM_ID.match(found) or found.startswith(_FARGATE_PREFIX)
-    ):
+    known = bool(_UPSTREAM_ID.match(found)) or found.startswith(_FARGATE_PREFIX)
+    if parts.scheme != SCHEME or not known:
         raise ProviderIdError(
             f"{who}provider ID {value!r} names no EC2 instance; the forms are {_FORMS}. "
             "Was the Node registered by another cloud provider?"
