@@ -27,10 +27,12 @@ from trio_ccm.cloud.aws.instances import (
     instance_id_from_provider_id,
     provider_id,
 )
+from trio_ccm.cloud.aws.policy import IAM_ACTIONS
 from trio_ccm.cloud.aws.provider import AwsProvider
 from trio_ccm.cloud.aws.routes import AwsRoutes, RouteTableError
 
 __all__ = [
+    "IAM_ACTIONS",
     "LABEL_ZONE_ID",
     "AwsClient",
     "AwsCredentials",

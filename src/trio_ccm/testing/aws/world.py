@@ -100,25 +100,28 @@ class World:
         """A boto3 client of the world (blocking: call it in a worker thread)."""
         return self.server.client(service, self.region)
 
-    def _tags(self, kind: str, extra: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    def tag_specifications(
+        self, kind: str, extra: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """EC2 TagSpecifications with the cluster tag (and `extra`) for a `kind` resource."""
         tags = {**self.cluster_tags, **(extra or {})}
         return [{"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
 
     def _build(self, route_table: bool) -> None:
         ec2 = self.client("ec2")
-        self.vpc_id = ec2.create_vpc(CidrBlock=_VPC_CIDR, TagSpecifications=self._tags("vpc"))[
-            "Vpc"
-        ]["VpcId"]
+        self.vpc_id = ec2.create_vpc(
+            CidrBlock=_VPC_CIDR, TagSpecifications=self.tag_specifications("vpc")
+        )["Vpc"]["VpcId"]
         for index, zone in enumerate(self.zones):
             self.subnet_ids[zone] = ec2.create_subnet(
                 VpcId=self.vpc_id,
                 CidrBlock=f"10.0.{index * 32}.0/19",
                 AvailabilityZone=zone,
-                TagSpecifications=self._tags("subnet"),
+                TagSpecifications=self.tag_specifications("subnet"),
             )["Subnet"]["SubnetId"]
         if route_table:
             self.route_table_id = ec2.create_route_table(
-                VpcId=self.vpc_id, TagSpecifications=self._tags("route-table")
+                VpcId=self.vpc_id, TagSpecifications=self.tag_specifications("route-table")
             )["RouteTable"]["RouteTableId"]
         self.image_id = _EXAMPLE_AMI
         try:
