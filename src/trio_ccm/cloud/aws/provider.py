@@ -5,17 +5,26 @@ from __future__ import annotations
 import datetime as dt
 import random
 from collections.abc import Callable, Mapping
+from typing import Final
 
 import httpx
+import structlog
+import trio
 
 from trio_ccm.cloud.aws.config import CloudConfig
 from trio_ccm.cloud.aws.context import AwsContext
 from trio_ccm.cloud.aws.credentials import utc_now
+from trio_ccm.cloud.aws.errors import AwsServerError, AwsThrottledError
 from trio_ccm.cloud.aws.instances import AwsInstances
 from trio_ccm.cloud.aws.routes import AwsRoutes
 from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
 
 __all__ = ["AwsProvider"]
+
+log = structlog.get_logger("trio_ccm.cloud.aws")
+
+_INIT_RETRY_BASE_S: Final = 1.0
+_INIT_RETRY_CAP_S: Final = 30.0
 
 
 class AwsProvider:
@@ -48,8 +57,23 @@ class AwsProvider:
         self.routes: Routes | None = AwsRoutes(self.context)
 
     async def initialize(self) -> None:
-        """Settle the region, the cluster ID and the zones (once; see `context.py`)."""
-        await self.context.ready()
+        """Settle the region, the cluster ID and the zones (once; see `context.py`).
+
+        AWS failing or throttling (AwsServerError, AwsThrottledError) is waited out, with
+        capped backoff and a warning per attempt: the controllers start once AWS answers.
+        Anything else (a bad config, refused credentials, no region) is raised: the process
+        exits naming the fix.
+        """
+        delay = _INIT_RETRY_BASE_S
+        while True:
+            try:
+                await self.context.ready()
+            except (AwsServerError, AwsThrottledError) as exc:
+                log.warning("aws.initialize-failed", error=str(exc), retry_in_s=delay)
+                await trio.sleep(delay)
+                delay = min(_INIT_RETRY_CAP_S, delay * 2)
+                continue
+            return
 
     async def aclose(self) -> None:
         await self.context.aclose()
