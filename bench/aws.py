@@ -14,9 +14,13 @@ replica's own writes. Then a second, fresh replica runs its first periodic addre
 over the N initialised Nodes, and its EC2 calls are counted until none has come for 2 s
 (`sync_calls_per_period`; a steady-state period costs the same).
 
-Figures per N: `init_s`; `ec2_calls` (by action, during the wave) and
-`describe_instances_calls`; `sync_calls_per_period`; `max_loop_lag_s` (the longest the Trio
-thread was held, from a 10 ms ticker: large XML answers are parsed in a worker thread);
+Figures per N: `init_s`; `first_node_s` (when the first Node was done: the cloud's part,
+before the kube writes paced at 200/s take over); `ec2_calls` (by action, during the wave)
+and `describe_instances_calls`; `sync_calls_per_period`; `max_task_step_s` and its task
+(the longest step a Trio task took during the wave, from a Trio instrument) and
+`max_loop_lag_s` (how late a 10 ms ticker woke at worst). Large XML answers are parsed in a
+worker thread, so no step parses one; both figures still count the GIL held by other
+threads, above all moto's, rendering megabytes of XML in this very process: upper bounds;
 `seed_s` (moto set-up, not part of the wave). Once: `parse_1000_s`, botocore's parse of one
 1,000-instance DescribeInstances page (the CPU moved off the Trio thread).
 
@@ -71,7 +75,6 @@ FLAGS = (
     "--kube-api-burst=400",
     "--node-status-update-frequency=1h",
 )
-QUIET_S = 2.0
 
 
 class Watching(httpx.AsyncBaseTransport):
@@ -81,6 +84,7 @@ class Watching(httpx.AsyncBaseTransport):
         self.inner = api.transport()
         self.expected = expected
         self.initialised: set[str] = set()
+        self.first = trio.Event()
         self.done = trio.Event()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -94,6 +98,7 @@ class Watching(httpx.AsyncBaseTransport):
                 t.get("key") == UNINITIALIZED for t in taints
             ):
                 self.initialised.add(body["metadata"]["name"])
+                self.first.set()
                 if len(self.initialised) >= self.expected:
                     self.done.set()
         return response
@@ -104,11 +109,14 @@ class Wave:
     nodes: int
     seed_s: float = 0.0
     init_s: float = 0.0
+    first_node_s: float = 0.0
     ec2_calls: dict[str, int] = field(default_factory=dict)
     describe_instances_calls: int = 0
     sync_calls_per_period: int = 0
     sync_calls: dict[str, int] = field(default_factory=dict)
     max_loop_lag_s: float = 0.0
+    max_task_step_s: float = 0.0
+    max_task_step_task: str = ""
     upstream_model_calls: dict[str, int] = field(default_factory=dict)
 
 
@@ -121,6 +129,24 @@ def upstream_model(nodes: int) -> dict[str, int]:
     }
 
 
+class Steps(trio.abc.Instrument):
+    """The longest step any Trio task took (our code holding the Trio thread), once on."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.started = 0.0
+        self.longest = 0.0
+        self.task = ""
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.started = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        took = time.perf_counter() - self.started
+        if self.on and took > self.longest:
+            self.longest, self.task = took, task.name
+
+
 async def ticker(lag: list[float]) -> None:
     """Record how late a 10 ms sleep wakes: the longest the Trio thread was held."""
     while True:
@@ -130,14 +156,12 @@ async def ticker(lag: list[float]) -> None:
 
 
 async def replica(
-    api: ApiServer,
-    world: World,
+    provider: AwsProvider,
     transport: httpx.AsyncBaseTransport,
     *,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     settings = parse_flags(list(FLAGS), controller_aliases=CONTROLLER_ALIASES)
-    provider = AwsProvider(parse_cloud_config(world.cloud_config()), environ=world.environ())
     try:
         await serve(
             settings,
@@ -155,17 +179,18 @@ async def replica(
             await provider.aclose()
 
 
-async def wait_quiet(moto: MotoServer) -> None:
-    """Until at least one EC2 call came and none for QUIET_S (another process's progress
-    can only be polled)."""
-    last, since = -1, trio.current_time()
+async def wait_swept(provider: AwsProvider, nodes: int) -> None:
+    """Until the provider has answered for every Node (the address sync's sweep is done;
+    its progress is the provider's own statistics, so it is polled)."""
     while True:
-        now = moto.faults.calls(service="ec2")
-        if now != last:
-            last, since = now, trio.current_time()
-        elif now > 0 and trio.current_time() - since >= QUIET_S:
+        stats = provider.context.lookup.statistics()
+        if stats.direct_ids + stats.snapshot_hits >= nodes:
             return
-        await trio.sleep(0.1)
+        await trio.sleep(0.05)
+
+
+def provider_for(world: World) -> AwsProvider:
+    return AwsProvider(parse_cloud_config(world.cloud_config()), environ=world.environ())
 
 
 async def run_wave(moto: MotoServer, nodes: int) -> Wave:
@@ -180,21 +205,34 @@ async def run_wave(moto: MotoServer, nodes: int) -> Wave:
     wave.seed_s = time.perf_counter() - started
     moto.faults.reset_counts()
     lag = [0.0]
+    steps = Steps()
+    trio.lowlevel.add_instrument(steps)
     watching = Watching(api, nodes)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker, lag)
         started = time.perf_counter()
-        await nursery.start(replica, api, world, watching)
+        serving: Serving = await nursery.start(replica, provider_for(world), watching)
+        # The lag is the wave's: from when the controllers run (the initial LIST of the
+        # Nodes, served by the in-process emulator on this thread, comes before).
+        await serving.wait_leading()
+        nursery.start_soon(ticker, lag)
+        steps.on = True
+        await watching.first.wait()
+        wave.first_node_s = time.perf_counter() - started
         await watching.done.wait()
         wave.init_s = time.perf_counter() - started
         wave.max_loop_lag_s = lag[0]
+        steps.on = False
+        trio.lowlevel.remove_instrument(steps)
+        wave.max_task_step_s = steps.longest
+        wave.max_task_step_task = steps.task
         nursery.cancel_scope.cancel()
     wave.ec2_calls = moto.faults.counts()
     wave.describe_instances_calls = moto.faults.calls("DescribeInstances")
     moto.faults.reset_counts()
+    second = provider_for(world)
     async with trio.open_nursery() as nursery:
-        await nursery.start(replica, api, world, api.transport())
-        await wait_quiet(moto)
+        await nursery.start(replica, second, api.transport())
+        await wait_swept(second, nodes)
         nursery.cancel_scope.cancel()
     wave.sync_calls = moto.faults.counts()
     wave.sync_calls_per_period = moto.faults.calls("DescribeInstances")
@@ -259,14 +297,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"Python {platform.python_version()}, {platform.machine()}\n")
     figures = trio.run(partial(main_async, sizes, not args.quick))
-    header = f"{'nodes':>7} {'init_s':>8} {'DescribeInstances':>18} {'sync/period':>12} "
+    header = (
+        f"{'nodes':>7} {'init_s':>8} {'first_s':>8} {'DescribeInstances':>18} {'sync/period':>12} "
+    )
     header += f"{'max lag s':>10} {'seed_s':>7}   upstream model (1 worker / 10 workers)"
     print(header)
     for w in figures["waves"]:
         model = w["upstream_model_calls"]
         print(
-            f"{w['nodes']:>7,} {w['init_s']:>8.1f} {w['describe_instances_calls']:>18} "
-            f"{w['sync_calls_per_period']:>12} {w['max_loop_lag_s']:>10.3f} {w['seed_s']:>7.1f}"
+            f"{w['nodes']:>7,} {w['init_s']:>8.1f} {w['first_node_s']:>8.1f} "
+            f"{w['describe_instances_calls']:>18} "
+            f"{w['sync_calls_per_period']:>12} {w['max_task_step_s']:>11.3f} "
+            f"{w['max_loop_lag_s']:>10.3f} {w['seed_s']:>7.1f}"
             f"   init {model['init_describe_instances_1_worker']:,} / "
             f"{model['init_describe_instances_10_workers']:,}, sync "
             f"{model['sync_describe_instances_1_worker']:,} / "
@@ -284,10 +326,13 @@ def main(argv: list[str] | None = None) -> None:
     flat = {
         "nodes": last["nodes"],
         "init_s": round(last["init_s"], 2),
+        "first_node_s": round(last["first_node_s"], 2),
         "ec2_calls": last["ec2_calls"],
         "describe_instances_calls": last["describe_instances_calls"],
         "sync_calls_per_period": last["sync_calls_per_period"],
         "upstream_model_calls": last["upstream_model_calls"],
+        "max_task_step_s": round(last["max_task_step_s"], 3),
+        "max_task_step_task": last["max_task_step_task"],
         "max_loop_lag_s": round(last["max_loop_lag_s"], 3),
         "waves": figures["waves"],
     }
