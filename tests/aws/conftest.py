@@ -26,7 +26,7 @@ from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.settings import parse_flags
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.aws import Instance, MotoServer, World
+from trio_ccm.testing.aws import Instance, MotoServer, World, ready_condition
 
 CLUSTER_ID = "test-cluster"
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -111,22 +111,9 @@ class Cluster:
         return name
 
     async def set_ready(self, name: str, ready: bool) -> None:
-        status = "True" if ready else "False"
         response = await self.http.patch(
             f"/api/v1/nodes/{name}/status",
-            json={
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": status,
-                            "reason": "KubeletReady" if ready else "KubeletNotReady",
-                            "lastHeartbeatTime": "2026-11-21T10:00:00Z",
-                            "lastTransitionTime": "2026-11-21T10:00:00Z",
-                        }
-                    ]
-                }
-            },
+            json={"status": {"conditions": [ready_condition(ready)]}},
             headers={"content-type": "application/strategic-merge-patch+json"},
         )
         response.raise_for_status()

@@ -11,9 +11,17 @@ import trio
 from tests.aws.conftest import CLUSTER_ID, open_provider
 from trio_ccm.cloud.aws import IAM_ACTIONS, AwsError
 from trio_ccm.cloud.provider import BulkInstances, NodeInfo, Route
-from trio_ccm.testing.aws import World
+from trio_ccm.testing.aws import StaticKeys, World
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "aws.md"
+
+
+def environ_for(keys: StaticKeys, *, secret: str | None = None) -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": keys.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": secret or keys.secret_access_key,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
 
 
 async def test_the_documented_policy_is_enough_and_signatures_verify(world: World) -> None:
@@ -21,11 +29,7 @@ async def test_the_documented_policy_is_enough_and_signatures_verify(world: Worl
     Nodes up, and lists, creates and deletes routes."""
     instances = await world.add_instances(2)
     with world.server.auth_mode(IAM_ACTIONS) as keys:
-        environ = {
-            "AWS_ACCESS_KEY_ID": keys.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
+        environ = environ_for(keys)
         async with open_provider(world, environ=environ) as provider:
             bulk, routes = provider.instances, provider.routes
             assert isinstance(bulk, BulkInstances)
@@ -46,11 +50,7 @@ async def test_a_wrong_secret_fails_its_signature(world: World) -> None:
     """A request signed with the wrong secret is refused (AuthFailure), and the error says
     to check the credentials."""
     with world.server.auth_mode(IAM_ACTIONS) as keys:
-        environ = {
-            "AWS_ACCESS_KEY_ID": keys.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": "not-the-secret",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
+        environ = environ_for(keys, secret="not-the-secret")
         async with open_provider(world, environ=environ) as provider:
             with trio.fail_after(30), pytest.raises(AwsError) as caught:
                 await provider.initialize()
@@ -64,11 +64,7 @@ async def test_an_action_outside_the_policy_names_the_grant(world: World) -> Non
     (instance,) = await world.add_instances(1)
     allowed = [a for a in IAM_ACTIONS if a != "ec2:CreateRoute"]
     with world.server.auth_mode(allowed) as keys:
-        environ = {
-            "AWS_ACCESS_KEY_ID": keys.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
+        environ = environ_for(keys)
         async with open_provider(world, environ=environ) as provider:
             assert provider.routes is not None
             with trio.fail_after(30), pytest.raises(AwsError, match="grant ec2:CreateRoute"):

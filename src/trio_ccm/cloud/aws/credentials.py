@@ -54,6 +54,7 @@ __all__ = [
     "AssumeRoleSource",
     "AwsCredentials",
     "AwsCredentialsError",
+    "ChainParts",
     "ContainerSource",
     "CredentialChain",
     "CredentialSource",
@@ -427,18 +428,23 @@ class ImdsSource:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ChainParts:
+    """What the chain's sources are built from: the environment, STS, the HTTP client
+    (container endpoint), the metadata service, and the wall clock."""
+
+    environ: Mapping[str, str]
+    sts: Sts
+    http: httpx.AsyncClient
+    imds: Imds
+    now: Callable[[], dt.datetime] = utc_now
+
+
 class ProfileSource:
     """A profile of the shared `credentials` and `config` files (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        environ: Mapping[str, str],
-        sts: Sts,
-        http: httpx.AsyncClient,
-        imds: Imds,
-        now: Callable[[], dt.datetime] = utc_now,
-    ) -> None:
+    def __init__(self, parts: ChainParts) -> None:
+        environ = parts.environ
         home = Path(environ.get("HOME") or Path.home())
         self.profile = environ.get("AWS_PROFILE") or environ.get("AWS_DEFAULT_PROFILE") or ""
         self.explicit = bool(self.profile)
@@ -450,11 +456,7 @@ class ProfileSource:
             environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config"
         ).expanduser()
         self.description = f"profile {self.profile} ({self.credentials_file}, {self.config_file})"
-        self._environ = environ
-        self._sts = sts
-        self._http = http
-        self._imds = imds
-        self._now = now
+        self._parts = parts
         self._resolved: CredentialSource | None = None
 
     async def configured(self) -> bool:
@@ -560,8 +562,8 @@ class ProfileSource:
                 role_arn=role_arn,
                 token_file=values["web_identity_token_file"],
                 session_name=session,
-                sts=self._sts,
-                now=self._now,
+                sts=self._parts.sts,
+                now=self._parts.now,
             )
         base: CredentialSource | None
         if "source_profile" in values:
@@ -574,11 +576,11 @@ class ProfileSource:
         elif "credential_source" in values:
             kind = values["credential_source"]
             if kind == "Environment":
-                base = EnvironmentSource.from_environ(self._environ)
+                base = EnvironmentSource.from_environ(self._parts.environ)
             elif kind == "Ec2InstanceMetadata":
-                base = ImdsSource(self._imds)
+                base = ImdsSource(self._parts.imds)
             elif kind == "EcsContainer":
-                base = ContainerSource.from_environ(self._environ, http=self._http)
+                base = ContainerSource.from_environ(self._parts.environ, http=self._parts.http)
             else:
                 raise AwsCredentialsError(
                     f"{where}: credential_source={kind} is not one of Environment, "
@@ -592,12 +594,12 @@ class ProfileSource:
         if base is None:
             raise AwsCredentialsError(f"{where}: the role's source has no credentials")
         return AssumeRoleSource(
-            base=RefreshingCredentials(base, now=self._now),
+            base=RefreshingCredentials(base, now=self._parts.now),
             role_arn=role_arn,
-            sts=self._sts,
+            sts=self._parts.sts,
             session_name=session,
             external_id=values.get("external_id", ""),
-            now=self._now,
+            now=self._parts.now,
         )
 
 
@@ -615,11 +617,9 @@ class CredentialChain:
         imds: Imds,
         now: Callable[[], dt.datetime] = utc_now,
     ) -> None:
-        self._environ = dict(os.environ if environ is None else environ)
-        self._sts = sts
-        self._http = http
-        self._imds = imds
-        self._now = now
+        self._parts = ChainParts(
+            dict(os.environ if environ is None else environ), sts, http, imds, now
+        )
         self._chosen: CredentialSource | None = None
 
     async def choose(self) -> CredentialSource:
@@ -634,13 +634,12 @@ class CredentialChain:
         return await (await self.choose()).fetch()
 
     async def _find(self) -> CredentialSource:
-        environ = self._environ
+        parts = self._parts
+        environ = parts.environ
         env = EnvironmentSource.from_environ(environ)
         if env is not None:
             return env
-        profile = ProfileSource(
-            environ=environ, sts=self._sts, http=self._http, imds=self._imds, now=self._now
-        )
+        profile = ProfileSource(parts)
         if await profile.configured():
             return profile
         role_arn = environ.get("AWS_ROLE_ARN", "")
@@ -656,20 +655,20 @@ class CredentialChain:
                 role_arn=role_arn,
                 token_file=token_file,
                 session_name=environ.get("AWS_ROLE_SESSION_NAME", ""),
-                sts=self._sts,
-                now=self._now,
+                sts=parts.sts,
+                now=parts.now,
             )
-        container = ContainerSource.from_environ(environ, http=self._http)
+        container = ContainerSource.from_environ(environ, http=parts.http)
         if container is not None:
             return container
-        if self._imds.disabled:
+        if parts.imds.disabled:
             raise AwsCredentialsError(
                 "no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID), in a "
                 "profile, from IRSA (AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE) or a "
                 "container endpoint, and the instance metadata service is disabled "
                 "(AWS_EC2_METADATA_DISABLED)"
             )
-        return ImdsSource(self._imds)
+        return ImdsSource(parts.imds)
 
 
 class RefreshingCredentials:

@@ -138,28 +138,7 @@ class AwsError(CcmError):
 class AwsThrottledError(AwsError, ThrottledError):
     """AWS refused the call for its rate limits (see the module docstring)."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        service: str,
-        action: str,
-        target: str = "",
-        status: int = 0,
-        code: str = "",
-        request_id: str = "",
-    ) -> None:
-        AwsError.__init__(
-            self,
-            message,
-            service=service,
-            action=action,
-            target=target,
-            status=status,
-            code=code,
-            request_id=request_id,
-        )
-        self.retry_after_s = None  # AWS never says when
+    retry_after_s = None  # AWS never says when (ThrottledError's field)
 
 
 class AwsServerError(AwsError):

@@ -59,9 +59,11 @@ from trio_ccm.cloud.aws.tags import ClusterTagging
 __all__ = [
     "DIRECTORY_CAPACITY",
     "SNAPSHOT_MAX_AGE_S",
+    "ZONE_REFILL_S",
     "InstanceLookup",
     "LookupStatistics",
     "NodeDirectory",
+    "Ref",
     "Snapshot",
     "ZoneCache",
 ]
@@ -71,6 +73,8 @@ log = structlog.get_logger("trio_ccm.cloud.aws.lookup")
 SNAPSHOT_MAX_AGE_S: Final = 10.0
 """How long a cluster listing answers later bulk lookups."""
 DIRECTORY_CAPACITY: Final = 100_000
+ZONE_REFILL_S: Final = 300.0
+"""A zone DescribeAvailabilityZones did not list is asked about again after this long."""
 
 
 class NodeDirectory:
@@ -110,29 +114,41 @@ class NodeDirectory:
 
 class ZoneCache:
     """Zone name → zone ID (DescribeAvailabilityZones), filled once and again when a zone it
-    does not know appears (an account given a new zone); concurrent fills are one call."""
+    does not know appears (an account given a new zone), at most once per
+    `ZONE_REFILL_S` for the same unknown zone; concurrent fills are one call."""
 
     def __init__(self, client: AwsClient) -> None:
         self._client = client
         self._zones: dict[str, tuple[str, str]] = {}
+        self._missing: dict[str, float] = {}  # zone → when a fill last failed to list it
         self._lock = trio.Lock()
         self._fills = 0
 
     async def zone_ids(self, zones: Iterable[str]) -> dict[str, str]:
         """The IDs of `zones` (zones AWS does not list are left out)."""
         wanted = {z for z in zones if z}
-        if wanted - self._zones.keys():
+        now = trio.current_time()
+        unknown = {
+            z
+            for z in wanted - self._zones.keys()
+            if now - self._missing.get(z, -ZONE_REFILL_S) >= ZONE_REFILL_S
+        }
+        if unknown:
             seen = self._fills
             async with self._lock:
-                if self._fills == seen and wanted - self._zones.keys():
-                    self._zones.update(await describe_availability_zones(self._client))
-                    self._fills += 1
+                if self._fills == seen:
+                    await self._fill()
+                    for zone in unknown - self._zones.keys():
+                        self._missing[zone] = trio.current_time()
         return {z: self._zones[z][0] for z in wanted if z in self._zones and self._zones[z][0]}
 
     async def fill(self) -> None:
         async with self._lock:
-            self._zones.update(await describe_availability_zones(self._client))
-            self._fills += 1
+            await self._fill()
+
+    async def _fill(self) -> None:
+        self._zones.update(await describe_availability_zones(self._client))
+        self._fills += 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ __all__ = [
     "OWNED",
     "SHARED",
     "ClusterTagging",
+    "tags_of",
 ]
 
 CLUSTER_TAG_PREFIX: Final = "kubernetes.io/cluster/"

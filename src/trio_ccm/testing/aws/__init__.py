@@ -30,7 +30,7 @@ Runtime modules never import this package (import-linter enforces it).
 from trio_ccm.testing.aws.faults import HARNESS_AGENT, Fault, Faults
 from trio_ccm.testing.aws.patches import PATCHES, apply_patches
 from trio_ccm.testing.aws.server import TEST_CREDENTIALS, MotoServer, StaticKeys, open_moto
-from trio_ccm.testing.aws.world import UNINITIALIZED_TAINT, Instance, World
+from trio_ccm.testing.aws.world import UNINITIALIZED_TAINT, Instance, World, ready_condition
 
 __all__ = [
     "HARNESS_AGENT",
@@ -45,4 +45,5 @@ __all__ = [
     "World",
     "apply_patches",
     "open_moto",
+    "ready_condition",
 ]

@@ -28,7 +28,7 @@ import trio
 
 from trio_ccm.testing.aws.server import TEST_CREDENTIALS, MotoServer
 
-__all__ = ["UNINITIALIZED_TAINT", "Instance", "World"]
+__all__ = ["UNINITIALIZED_TAINT", "Instance", "World", "ready_condition"]
 
 UNINITIALIZED_TAINT: Final = {
     "key": "node.cloudprovider.kubernetes.io/uninitialized",
@@ -38,6 +38,17 @@ UNINITIALIZED_TAINT: Final = {
 _VPC_CIDR: Final = "10.0.0.0/16"
 _RUN_BATCH: Final = 100
 _EXAMPLE_AMI: Final = "ami-12c6146b"  # moto's example AMI
+
+
+def ready_condition(ready: bool) -> dict[str, str]:
+    """A kubelet's Ready condition (True, or False with KubeletNotReady)."""
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "lastHeartbeatTime": "2026-11-21T10:00:00Z",
+        "lastTransitionTime": "2026-11-21T10:00:00Z",
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +282,17 @@ class World:
             ]
         return ("\n".join(lines) + "\n").encode()
 
+    @staticmethod
+    def credentials_file() -> str:
+        """A shared credentials file's text with moto's test keys (profile `default`), for a
+        CCM in another process: write it to its `$HOME/.aws/credentials` (or point
+        `AWS_SHARED_CREDENTIALS_FILE` at it)."""
+        return (
+            "[default]\n"
+            f"aws_access_key_id = {TEST_CREDENTIALS.access_key_id}\n"
+            f"aws_secret_access_key = {TEST_CREDENTIALS.secret_access_key}\n"
+        )
+
     def environ(self) -> dict[str, str]:
         """Environment variables with moto's test keys (no IMDS: it is not EC2)."""
         return {
@@ -297,22 +319,13 @@ class World:
         if pod_cidr:
             spec["podCIDR"] = pod_cidr
             spec["podCIDRs"] = [pod_cidr]
-        status = "True" if ready else "False"
         return {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": node_name, "labels": {"kubernetes.io/hostname": node_name}},
             "spec": spec,
             "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": status,
-                        "reason": "KubeletReady" if ready else "KubeletNotReady",
-                        "lastHeartbeatTime": "2026-11-21T10:00:00Z",
-                        "lastTransitionTime": "2026-11-21T10:00:00Z",
-                    }
-                ],
+                "conditions": [ready_condition(ready)],
                 "addresses": [{"type": "Hostname", "address": node_name}],
             },
         }
