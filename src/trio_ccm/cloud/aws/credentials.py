@@ -140,17 +140,25 @@ def _expiration(value: object, where: str) -> dt.datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
+def _keys(body: Mapping[str, object], source: str, *, session_key: str = "Token") -> AwsCredentials:
+    """Credentials from an answer's AccessKeyId, SecretAccessKey, `session_key` and Expiration
+    (STS, the container endpoint and the metadata service all answer so)."""
+    if not body.get("AccessKeyId") or not body.get("SecretAccessKey"):
+        raise AwsCredentialsError(f"{source}: the answer has no AccessKeyId/SecretAccessKey")
+    return AwsCredentials(
+        access_key_id=str(body["AccessKeyId"]),
+        secret_access_key=str(body["SecretAccessKey"]),
+        session_token=str(body.get(session_key) or ""),
+        expiration=_expiration(body.get("Expiration"), source),
+        source=source,
+    )
+
+
 def _sts_credentials(answer: Mapping[str, object], source: str) -> AwsCredentials:
     found = answer.get("Credentials")
     if not isinstance(found, Mapping):
         raise AwsCredentialsError(f"{source}: STS answered without Credentials")
-    return AwsCredentials(
-        access_key_id=str(found.get("AccessKeyId") or ""),
-        secret_access_key=str(found.get("SecretAccessKey") or ""),
-        session_token=str(found.get("SessionToken") or ""),
-        expiration=_expiration(found.get("Expiration"), source),
-        source=source,
-    )
+    return _keys(found, source, session_key="SessionToken")
 
 
 async def _read_text(path: Path, what: str) -> str:
@@ -361,15 +369,9 @@ class ContainerSource:
             body = json.loads(response.content)
         except ValueError as exc:
             raise AwsCredentialsError(f"{self.description}: the answer is not JSON") from exc
-        if not isinstance(body, dict) or not body.get("AccessKeyId"):
-            raise AwsCredentialsError(f"{self.description}: the answer has no AccessKeyId")
-        return AwsCredentials(
-            access_key_id=str(body["AccessKeyId"]),
-            secret_access_key=str(body.get("SecretAccessKey") or ""),
-            session_token=str(body.get("Token") or ""),
-            expiration=_expiration(body.get("Expiration"), self.description),
-            source=self.description,
-        )
+        if not isinstance(body, dict):
+            raise AwsCredentialsError(f"{self.description}: the answer is not a JSON object")
+        return _keys(body, self.description)
 
 
 def _check_container_url(url: str) -> None:
@@ -418,14 +420,7 @@ class ImdsSource:
             raise AwsCredentialsError(
                 f"{self.description}: role {role}: the metadata service said {code!r}"
             )
-        source = f"instance metadata (role {role})"
-        return AwsCredentials(
-            access_key_id=str(body.get("AccessKeyId") or ""),
-            secret_access_key=str(body.get("SecretAccessKey") or ""),
-            session_token=str(body.get("Token") or ""),
-            expiration=_expiration(body.get("Expiration"), source),
-            source=source,
-        )
+        return _keys(body, f"instance metadata (role {role})")
 
 
 @dataclass(frozen=True, slots=True)
