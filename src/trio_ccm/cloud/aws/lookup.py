@@ -310,15 +310,15 @@ class InstanceLookup:
         ids = [ref for ref in refs if ref.instance_id]
         names = [ref.node for ref in refs if not ref.instance_id]
         if ids:
-            self._direct_ids += len(ids)
             by_id = await describe_by_ids(self._client, [ref.instance_id for ref in ids])
+            self._direct_ids += len(ids)
             for ref in ids:
                 instance = by_id.get(ref.instance_id)
                 if instance is not None:
                     found[ref.node] = instance
         if names:
-            self._direct_names += len(names)
             found.update(await self.by_names(names))
+            self._direct_names += len(names)
 
     async def by_names(self, names: Sequence[str]) -> dict[str, Ec2Instance]:
         """Alive, cluster-tagged instances whose private DNS name is one of `names`.
