@@ -373,3 +373,24 @@ async def test_concurrent_bulk_lookups_share_one_listing(
                 nursery.start_soon(ask, launched[start : start + 160])
     assert answers == [160, 160]
     assert world.server.faults.calls("DescribeInstances") == 1
+
+
+async def test_many_small_batches_turn_into_one_listing(
+    world: World, provider: AwsProvider
+) -> None:
+    """Rent or buy: a wave asked for in small batches goes direct until those calls would
+    outnumber a listing's pages, then lists once; the snapshot answers the rest. Thirty
+    batches of ten names cost two DescribeInstances, not thirty."""
+    launched = await world.add_instances(300)
+    bulk = bulk_of(provider)
+    found = 0
+    with trio.fail_after(60):
+        await provider.initialize()
+        for start in range(0, 300, 10):
+            answer = await bulk.instances_metadata(
+                [NodeInfo(x.private_dns_name) for x in launched[start : start + 10]]
+            )
+            found += len(answer)
+    assert found == 300
+    assert world.server.faults.calls("DescribeInstances") == 2
+    assert provider.context.lookup.statistics().listings == 1

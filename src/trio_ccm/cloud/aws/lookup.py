@@ -11,18 +11,26 @@ How a Node's instance is identified (cloud-provider-aws's order):
    only, cluster-tagged instances only).
 
 **A bulk lookup** (`resolve`) answers many Nodes with as few DescribeInstances calls as it
-can. It compares two ways and takes the cheaper:
+can, in one of two ways:
 
 - *direct*: the IDs in calls of up to 1,000, the names in filter calls of up to 150;
-- *listing*: every alive, cluster-tagged instance, 1,000 per page, with the page count
-  estimated from the cluster's size (the last listing's, or the Nodes the provider has seen).
+- *listing*: every alive, cluster-tagged instance, 1,000 per page; its page count is
+  estimated from the cluster's size (the last listing's, the Nodes the provider has seen,
+  the Nodes asked for).
 
-A listing is kept as a snapshot for `SNAPSHOT_MAX_AGE_S` and answers later bulk lookups that
-it covers without a call; a lookup that arrives while a listing is under way waits for it
-(one listing, however many callers). So a wave of 5,000 new Nodes, asked for in batches of
-1,000 names, costs one listing of 5 pages, not 34 filter calls. What a listing does not
-cover is asked for directly: an ID of an instance without the cluster tag (an ID lookup is
-not scoped to the cluster, as upstream), or a Node that appeared since.
+A listing is kept as a snapshot for `SNAPSHOT_MAX_AGE_S` and answers every later lookup it
+covers without a call; a lookup that arrives while a listing is under way waits for it (one
+listing, however many callers). Which way: rent or buy. A lookup goes direct until the
+direct calls of the last `SNAPSHOT_MAX_AGE_S` (the ones a listing would have answered) plus
+its own would exceed the listing's pages; then it takes the listing. Lookups come in
+batches whose size and rhythm the provider cannot know in advance (a wave's first batches
+are small while its Node actors start; a periodic sweep asks in `--cloud-batch-size`
+chunks, one after the other), and this way never costs more than twice the better of the
+two. So a wave of 5,000 new Nodes costs one listing of 5 pages (and a call or two before
+it), not 34 filter calls; a sweep of 5,000 Nodes in chunks of 1,000 IDs costs 5 calls, in
+chunks of 200 at most 10 (not 25); a few new Nodes in a large cluster go direct. What a
+listing does not cover is asked for directly: an ID of an instance without the cluster tag
+(an ID lookup is not scoped to the cluster, as upstream), or a Node that appeared since.
 
 The **directory** maps Node names to instance IDs and back, learned from every Node the
 provider is shown with a provider ID and from every lookup that found one. The routes need
@@ -35,6 +43,7 @@ taken for the instance of the Node that had its name before. It holds at most
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -168,6 +177,12 @@ class LookupStatistics:
     direct_names: int
 
 
+def _direct_cost(refs: Sequence[Ref]) -> int:
+    """DescribeInstances calls a direct lookup of `refs` takes."""
+    ids = sum(1 for ref in refs if ref.instance_id)
+    return math.ceil(ids / IDS_PER_CALL_MAX) + math.ceil((len(refs) - ids) / FILTER_VALUES_MAX)
+
+
 @dataclass(frozen=True, slots=True)
 class Ref:
     """How to find one Node's instance: by ID, or else by name."""
@@ -194,6 +209,7 @@ class InstanceLookup:
         self._snapshot_hits = 0
         self._direct_ids = 0
         self._direct_names = 0
+        self._direct_calls: deque[tuple[float, int]] = deque()  # (when, calls) lately
 
     def statistics(self) -> LookupStatistics:
         return LookupStatistics(
@@ -259,17 +275,21 @@ class InstanceLookup:
         return missing
 
     def _listing_pays(self, refs: Sequence[Ref]) -> bool:
+        """Rent or buy (see the module docstring)."""
         if self._listing is not None:
             return True  # one is under way: waiting for it costs no call
-        ids = sum(1 for ref in refs if ref.instance_id)
-        names = len(refs) - ids
-        direct = math.ceil(ids / IDS_PER_CALL_MAX) + math.ceil(names / FILTER_VALUES_MAX)
         size = max(
             len(self._snapshot.by_id) if self._snapshot is not None else 0,
             len(self.directory),
             len(refs),
         )
-        return math.ceil(size / PAGE_SIZE) < direct
+        return self._recent_direct_calls() + _direct_cost(refs) > math.ceil(size / PAGE_SIZE)
+
+    def _recent_direct_calls(self) -> int:
+        horizon = trio.current_time() - self.snapshot_max_age_s
+        while self._direct_calls and self._direct_calls[0][0] < horizon:
+            self._direct_calls.popleft()
+        return sum(calls for _, calls in self._direct_calls)
 
     async def _listed(self) -> Snapshot | None:
         """A listing taken for this caller or shared with the one under way; None when the
@@ -307,6 +327,7 @@ class InstanceLookup:
         return snapshot
 
     async def _direct(self, refs: Sequence[Ref], found: dict[str, Ec2Instance]) -> None:
+        self._direct_calls.append((trio.current_time(), _direct_cost(refs)))
         ids = [ref for ref in refs if ref.instance_id]
         names = [ref.node for ref in refs if not ref.instance_id]
         if ids:
