@@ -201,7 +201,6 @@ class InstanceLookup:
         self.snapshot_max_age_s = SNAPSHOT_MAX_AGE_S
         self._snapshot: Snapshot | None = None
         self._listing: trio.Event | None = None  # set when the listing under way ends
-        self._listing_error: BaseException | None = None
         self._in_flight = 0
         self._settled = trio.Event()
         self._settled.set()
