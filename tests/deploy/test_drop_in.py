@@ -37,7 +37,6 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.kube import config_for
 from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
@@ -52,7 +51,7 @@ from trio_ccm.supervisor import Serving, resolve_controllers, serve
 from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
 from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.factories import make_node, make_service, ready_condition
-from trio_ccm.testing.harness import EPOCH, virtual_now
+from trio_ccm.testing.harness import EPOCH, emulator_connection, virtual_now
 
 T = TypeVar("T")
 
@@ -634,7 +633,7 @@ class Swap:
             lambda task_status: serve(
                 settings,
                 provider,
-                connection=config_for(self.api),
+                connection=emulator_connection(),
                 transport=self.transport,
                 registry=self.registry,
                 now=wall_clock,

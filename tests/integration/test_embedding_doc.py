@@ -9,11 +9,11 @@ from typing import Any
 import trio
 import trio.testing
 
-from tests.helpers.kube import config_for
 from tests.helpers.supervisor import NoCapabilities
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import emulator_connection
 
 DOC = Path(__file__).parents[2] / "docs" / "embedding.md"
 
@@ -40,7 +40,7 @@ async def test_the_documented_controller_labels_nodes(
                     Settings(secure_port=0),
                     NoCapabilities(),
                     controllers=[doc["NameZoneController"]],
-                    connection=config_for(server),
+                    connection=emulator_connection(),
                     transport=server.transport(),
                     task_status=task_status,
                 )

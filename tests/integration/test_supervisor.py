@@ -16,7 +16,6 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.kube import config_for
 from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.errors import ConfigError
@@ -25,6 +24,7 @@ from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.apiserver.errors import ApiError
+from trio_ccm.testing.harness import emulator_connection
 
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")
 
@@ -71,7 +71,7 @@ async def start(
             cfg or settings(),
             cloud or NoCapabilities(),
             controllers=[probe.controller()],
-            connection=config_for(server),
+            connection=emulator_connection(),
             transport=link or server.transport(),
             registry=CollectorRegistry(),
             identity=identity,
@@ -167,7 +167,7 @@ async def test_graceful_shutdown_hands_over_within_a_retry_period(
                     settings(),
                     NoCapabilities(),
                     controllers=[probe_a.controller()],
-                    connection=config_for(server),
+                    connection=emulator_connection(),
                     transport=server.transport(),
                     registry=CollectorRegistry(),
                     identity="a",
@@ -254,7 +254,7 @@ async def test_extra_controllers_follow_the_controllers_flag(
                     settings(leader_elect=False, controllers=controllers),
                     NoCapabilities(),
                     controllers=[probe.controller(disabled_by_default=disabled_by_default)],
-                    connection=config_for(server),
+                    connection=emulator_connection(),
                     transport=server.transport(),
                     task_status=task_status,
                 )
@@ -281,7 +281,7 @@ async def test_bad_controller_names_are_config_errors(
             settings(controllers=controllers),
             NoCapabilities(),
             controllers=[Probe().controller()],
-            connection=config_for(server),
+            connection=emulator_connection(),
             transport=server.transport(),
         )
     assert "probe" in str(info.value)
@@ -306,7 +306,7 @@ async def test_a_crashing_controller_ends_serve_and_releases_the_lease(
             settings(),
             NoCapabilities(),
             controllers=[Crash],
-            connection=config_for(server),
+            connection=emulator_connection(),
             transport=server.transport(),
             identity="a",
         )

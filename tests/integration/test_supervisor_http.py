@@ -7,11 +7,11 @@ import socket
 import httpx
 import trio
 
-from tests.helpers.kube import config_for
 from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import emulator_connection
 
 
 def free_port() -> int:
@@ -40,7 +40,7 @@ async def test_endpoints_answer_over_http() -> None:
                     settings,
                     NoCapabilities(),
                     controllers=[probe.controller()],
-                    connection=config_for(server),
+                    connection=emulator_connection(),
                     transport=server.transport(),
                     identity="replica-a",
                     task_status=task_status,

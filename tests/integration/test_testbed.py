@@ -18,11 +18,11 @@ import pytest
 import trio
 import trio.testing
 
-from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.testing.apiserver import ApiError, ApiServer
 from trio_ccm.testing.cloud import SimCloud
+from trio_ccm.testing.harness import emulator_connection
 from trio_ccm.testing.testbed import Testbed
 
 EPOCH = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -78,7 +78,7 @@ class _Recorder(httpx.AsyncBaseTransport):
 @pytest.fixture
 async def kube(server: ApiServer) -> AsyncIterator[KubeClient]:
     async with open_kube_client(
-        config_for(server), transport=server.transport(), qps=0, component="test"
+        emulator_connection(), transport=server.transport(), qps=0, component="test"
     ) as client:
         yield client
 

@@ -229,7 +229,7 @@ def _json_lines(text: str) -> list[dict[str, object]]:
         ),
         pytest.param(
             ["--cloud-provider=nimbus", "--cloud-config={config}"],
-            "--cloud-provider=nimbus: unknown cloud provider (installed: sim",
+            "--cloud-provider=nimbus: unknown cloud provider (installed: aws, sim)",
             id="unknown-cloud-provider",
         ),
     ],

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.metrics import ClientMetrics
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import emulator_connection
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def metrics() -> ClientMetrics:
 @pytest.fixture
 async def kube(server: ApiServer, metrics: ClientMetrics) -> AsyncIterator[KubeClient]:
     async with open_kube_client(
-        config_for(server),
+        emulator_connection(),
         transport=server.transport(),
         metrics=metrics,
         qps=0,

@@ -10,7 +10,6 @@ import pytest
 import trio
 import trio.testing
 
-from tests.helpers.kube import config_for
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import (
     AlreadyExistsError,
@@ -28,6 +27,7 @@ from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.metrics import ClientMetrics
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm.testing.harness import emulator_connection
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:
@@ -151,7 +151,7 @@ async def test_token_bucket_paces_requests(
     """qps 5 / burst 2: two requests at once, then one every 0.2 s."""
     finished: list[float] = []
     async with open_kube_client(
-        config_for(server), transport=server.transport(), qps=5, burst=2, metrics=metrics
+        emulator_connection(), transport=server.transport(), qps=5, burst=2, metrics=metrics
     ) as client:
         with trio.fail_after(60):
             for _ in range(5):

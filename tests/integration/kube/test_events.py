@@ -15,12 +15,12 @@ import pytest
 import trio
 import trio.testing
 
-from tests.helpers.kube import config_for
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import load_kubeconfig
 from trio_ccm.kube.events import EventRecorder, ObjectRef
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm.testing.harness import emulator_connection
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.UTC)
 NODE = ObjectRef("Node", "n1", uid="uid-1")
@@ -128,7 +128,7 @@ async def test_failed_writes_are_retried_ten_seconds_apart(
     server.faults.inject_error(500, verb="create", resource="events", count=2)
     with trio.fail_after(100):
         async with (
-            open_kube_client(config_for(server), transport=server.transport(), qps=0) as kube,
+            open_kube_client(emulator_connection(), transport=server.transport(), qps=0) as kube,
             recording(kube) as recorder,
         ):
             recorder.normal(NODE, "Synced", "ok")

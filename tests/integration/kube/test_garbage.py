@@ -17,7 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-from tests.helpers.kube import config_for
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import KubeDecodeError, open_kube_client
@@ -32,6 +31,7 @@ from trio_ccm.testing import (
     virtual_now,
     wait_for,
 )
+from trio_ccm.testing.harness import emulator_connection
 
 HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
 TRUNCATED = (
@@ -84,7 +84,7 @@ async def test_a_read_answered_with_html_is_retried(autojump_clock: trio.testing
     garbling = Garbling(api)
     garbling.garble(lists, HTML)
     with trio.fail_after(30):
-        async with open_kube_client(config_for(api), transport=garbling, qps=0) as kube:
+        async with open_kube_client(emulator_connection(), transport=garbling, qps=0) as kube:
             found = await kube.list(NODES, type=Node)
     assert [n.metadata.name for n in found.items] == ["n1"]
     assert garbling.garbled == 1
@@ -109,7 +109,7 @@ async def test_a_read_that_stays_garbage_names_the_request_and_the_body(
     garbling = Garbling(api)
     garbling.garble(lists, body, content_type=content_type, times=100)
     with trio.fail_after(120):
-        async with open_kube_client(config_for(api), transport=garbling, qps=0) as kube:
+        async with open_kube_client(emulator_connection(), transport=garbling, qps=0) as kube:
             with pytest.raises(KubeDecodeError) as caught:
                 await kube.list(NODES, type=Node)
     text = str(caught.value)
@@ -129,7 +129,7 @@ async def test_a_write_answered_with_garbage_is_reported_not_retried(
     garbling = Garbling(api)
     garbling.garble(lambda r: r.method == "PATCH", TRUNCATED, content_type="application/json")
     with trio.fail_after(30):
-        async with open_kube_client(config_for(api), transport=garbling, qps=0) as kube:
+        async with open_kube_client(emulator_connection(), transport=garbling, qps=0) as kube:
             with pytest.raises(KubeDecodeError, match=r"^PATCH /api/v1/nodes/n1: "):
                 await kube.patch(NODES, "n1", patches.set_labels({"a": "b"}))
     assert api.get("v1", "Node", "n1")["metadata"]["labels"]["a"] == "b"
@@ -198,7 +198,7 @@ async def test_a_watch_that_yields_garbage_is_reestablished(
     api.create(make_node("n1"))
     transport = BrokenWatch(api, line)
     with trio.fail_after(60):
-        async with open_kube_client(config_for(api), transport=transport, qps=0) as kube:
+        async with open_kube_client(emulator_connection(), transport=transport, qps=0) as kube:
             informer = Informer(kube, NODES, Node, rng=random.Random(1))
             async with trio.open_nursery() as nursery:
                 await nursery.start(informer.serve)

@@ -12,11 +12,12 @@ import trio
 import trio.testing
 
 from trio_ccm.kube import patches
-from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.mailbox import Mailbox
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import emulator_connection
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -179,10 +180,8 @@ async def test_quiet_watch_is_replaced_after_the_inactivity_deadline(
 ) -> None:
     """A watch that delivers nothing (no bookmarks either) is abandoned and re-opened."""
     server = ApiServer(seed=1, bookmark_interval_s=10_000)
-    from tests.helpers.kube import config_for
-    from trio_ccm.kube.client import open_kube_client
-
-    async with open_kube_client(config_for(server), transport=server.transport(), qps=0) as client:
+    connection = emulator_connection()
+    async with open_kube_client(connection, transport=server.transport(), qps=0) as client:
         informer = Informer(client, NODES, Node, inactivity_s=150, rng=random.Random(1))
         with trio.fail_after(600):
             async with running(informer):

@@ -28,13 +28,13 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from tests.helpers.kube import config_for
 from trio_ccm.errors import CcmError, ConfigError
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.events import EventRecorder
 from trio_ccm.kube.leader import LeaderElector, LeaseLostError, default_identity
 from trio_ccm.metrics import LeaderMetrics
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import emulator_connection
 
 EPOCH = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")
@@ -187,7 +187,7 @@ class Link(httpx.AsyncBaseTransport):
 
 
 def client_for(server: ApiServer, link: Link) -> KubeClient:
-    return KubeClient(config_for(server), transport=link, qps=0, component="leader-election")
+    return KubeClient(emulator_connection(), transport=link, qps=0, component="leader-election")
 
 
 @dataclass
@@ -688,7 +688,7 @@ def test_invalid_timing(
     """Durations are checked as client-go does, with its messages and our flag names."""
     with pytest.raises(ConfigError) as caught:
         LeaderElector(
-            KubeClient(config_for(server)),
+            KubeClient(emulator_connection()),
             identity="a",
             lease_duration_s=lease_s,
             renew_deadline_s=renew_s,
@@ -704,7 +704,7 @@ def test_invalid_timing(
 def test_empty_identity_is_refused(server: ApiServer) -> None:
     """An elector without an identity is a configuration error."""
     with pytest.raises(ConfigError, match="identity is empty"):
-        LeaderElector(KubeClient(config_for(server)), identity="")
+        LeaderElector(KubeClient(emulator_connection()), identity="")
 
 
 def test_default_identity() -> None:

@@ -1,0 +1,134 @@
+"""moto fidelity patches: where moto 5.2.5 answers differently from AWS in ways the aws
+provider depends on. Applied to this process's moto (the test world only; never at
+runtime), once, by `apply_patches()`; each is listed in docs/aws.md ("moto patches").
+
+1. **Blackhole routes.** moto reports every route `active`; AWS reports a route whose
+   target instance is terminated as `blackhole` (cloud-provider-aws lists and replaces
+   those).
+2. **DescribeInstances pages count instances.** moto counts `MaxResults` in reservations;
+   AWS counts instances, so a page of a 5,000-instance listing holds at most 1,000
+   instances however they were launched (bench figures depend on it).
+3. **DescribeInstances with InstanceIds is not paginated.** moto pages it by 100
+   reservations; AWS answers every ID in one response (it forbids `MaxResults` there).
+4. **`InvalidInstanceID.NotFound` names every unknown ID**, as AWS does ("The instance
+   IDs 'i-1, i-2' do not exist"); moto names only the first.
+
+And one for speed, answers unchanged:
+
+5. **A resource's tags are read from its own entry.** moto finds an EC2 resource's tags by
+   scanning every tag in the region (`describe_tags` filtered by resource ID), for every
+   resource it filters or renders: quadratic, 5 s to filter 3,000 instances by a tag, and
+   10-20 s per 1,000-instance page at 5,000 instances. AWS answers such a page in about
+   a second; without this the benchmark would time moto.
+
+The patches depend on moto's internals, hence moto's exact pin in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["PATCHES", "apply_patches"]
+
+PATCHES: Final = (
+    "route state is blackhole when the route's instance is terminated",
+    "DescribeInstances MaxResults counts instances, not reservations",
+    "DescribeInstances with InstanceIds returns every instance in one page",
+    "InvalidInstanceID.NotFound names every unknown instance ID",
+    "a resource's tags are read from its own entry, not by scanning every tag (speed)",
+)
+_MARK: Final = "_trio_ccm_patched"
+_PAGE_DEFAULT: Final = 1000
+
+
+def apply_patches() -> None:
+    """Apply the patches to moto (idempotent)."""
+    from moto.ec2.models.core import TaggedEC2Resource
+    from moto.ec2.models.route_tables import Route
+    from moto.ec2.responses.instances import InstanceResponse
+
+    if getattr(Route, _MARK, False):
+        return
+    setattr(Route, "state", property(_route_state))  # noqa: B010 - a property on moto's class
+    setattr(InstanceResponse, "describe_instances", _describe_instances)  # noqa: B010
+    setattr(TaggedEC2Resource, "get_tags", _get_tags)  # noqa: B010
+    setattr(Route, _MARK, True)
+
+
+def _route_state(route: Any) -> str:
+    instance = route.instance
+    if instance is not None and instance.state == "terminated":
+        return "blackhole"
+    return "active"
+
+
+def _get_tags(resource: Any) -> list[dict[str, str]]:
+    """moto's TaggedEC2Resource.get_tags, from the resource's own entry (patch 5)."""
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    if not resource.id:
+        return []
+    kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource.id), "")
+    tags = resource.ec2_backend.tags.get(resource.id) or {}
+    return [
+        {"resource_id": resource.id, "key": key, "value": value, "resource_type": kind}
+        for key, value in tags.items()
+    ]
+
+
+def _describe_instances(self: Any) -> Any:
+    """moto's InstanceResponse.describe_instances, with patches 2-4."""
+    import copy
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import InvalidInstanceIdError, InvalidParameterCombination
+    from moto.ec2.utils import filter_reservations
+
+    self.error_on_dryrun()
+    if "InstanceId.1" in self.data and "MaxResults" in self.data:
+        raise InvalidParameterCombination(
+            "The parameter instancesSet cannot be used with the parameter maxResults"
+        )
+    filter_dict = self._filters_from_querystring()
+    instance_ids = self._get_param("InstanceIds", [])
+    reservations = [copy.copy(r) for r in self.ec2_backend.reservations.copy().values()]
+    if instance_ids:
+        wanted = set(instance_ids)
+        found: set[str] = set()
+        for reservation in reservations:
+            reservation.instances = [i for i in reservation.instances if i.id in wanted]
+            found.update(i.id for i in reservation.instances)
+        missing = [i for i in dict.fromkeys(instance_ids) if i not in found]
+        if missing:
+            raise InvalidInstanceIdError(missing)
+        reservations = [r for r in reservations if r.instances]
+        if filter_dict:
+            reservations = filter_reservations(reservations, filter_dict)
+        return ActionResult({"Reservations": reservations, "NextToken": None})
+    if filter_dict:
+        reservations = filter_reservations(reservations, filter_dict)
+    token = self._get_param("NextToken")
+    start = int(token) if token else 0
+    limit = int(self._get_param("MaxResults", _PAGE_DEFAULT))
+    page: list[Any] = []
+    seen = taken = 0
+    for reservation in reservations:
+        instances = reservation.instances
+        if seen + len(instances) <= start:
+            seen += len(instances)
+            continue
+        skip = max(0, start - seen)
+        room = limit - taken
+        part = instances[skip : skip + room]
+        seen += len(instances)
+        if not part:
+            break
+        piece = copy.copy(reservation)
+        piece.instances = part
+        page.append(piece)
+        taken += len(part)
+        if taken >= limit:
+            break
+    total = sum(len(r.instances) for r in reservations)
+    next_token = str(start + taken) if start + taken < total else None
+    return ActionResult({"Reservations": page, "NextToken": next_token})
