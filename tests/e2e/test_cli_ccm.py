@@ -68,7 +68,7 @@ async def test_ccm_initialises_testbed_nodes_and_releases_the_lease_on_sigterm(
             assert re.search(r"apiserver listening on http://127\.0\.0\.1:\d+", printed)
             assert re.search(r"sim cloud listening on http://127\.0\.0\.1:\d+", printed)
             assert f"kubeconfig written to {kubeconfig}" in printed
-            assert f"cloud config written to {cloud_config}" in printed
+            assert f"cloud config for --cloud-provider=sim written to {cloud_config}" in printed
             ccm_err = tmp_path / "ccm.err"
             async with (
                 open_kube_client(load_config(kubeconfig=str(kubeconfig), master=""), qps=0) as kube,

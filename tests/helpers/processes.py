@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -39,13 +39,18 @@ class Lines:
 
 @asynccontextmanager
 async def running(
-    argv: list[str], *, stderr: Path, stdout: int | None = subprocess.PIPE
+    argv: list[str],
+    *,
+    stderr: Path,
+    stdout: int | None = subprocess.PIPE,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[trio.Process]:
-    """A subprocess for the block; killed if still running at its end."""
+    """A subprocess for the block (`env`: its whole environment, else ours); killed if
+    still running at its end."""
     with stderr.open("wb") as err:
         async with trio.open_nursery() as nursery:
             process: trio.Process = await nursery.start(
-                partial(trio.run_process, argv, check=False, stdout=stdout, stderr=err)
+                partial(trio.run_process, argv, check=False, stdout=stdout, stderr=err, env=env)
             )
             try:
                 yield process
@@ -55,15 +60,18 @@ async def running(
                 nursery.cancel_scope.cancel()
 
 
-async def initialised(kube: KubeClient) -> list[Node]:
-    """The Nodes the CCM has finished: no taint left, a provider ID, zone and type labels."""
+async def initialised(
+    kube: KubeClient, *, provider_ids: str = "sim://", region: str = "sim-region-1"
+) -> list[Node]:
+    """The Nodes the CCM has finished: no taint left, a provider ID (starting with
+    `provider_ids`), a zone label (in `region`) and an instance-type label."""
     nodes = (await kube.list(NODES, type=Node)).items
     return [
         n
         for n in nodes
-        if n.spec.provider_id.startswith("sim://")
+        if n.spec.provider_id.startswith(provider_ids)
         and not any(t.key == UNINITIALIZED for t in n.spec.taints)
-        and n.metadata.labels.get("topology.kubernetes.io/zone", "").startswith("sim-region-1")
+        and n.metadata.labels.get("topology.kubernetes.io/zone", "").startswith(region)
         and "node.kubernetes.io/instance-type" in n.metadata.labels
     ]
 

@@ -9,6 +9,10 @@ signals, exit codes) for its commands and nothing else.
     trio-ccm testbed ...        the emulator + the simulated cloud + simulated kubelets
     trio-ccm demo ...           testbed + the CCM in one process, with live progress
 
+Both take `--cloud=aws`: moto in-process (the `aws-testbed` extra) instead of the simulated
+cloud, with EC2 instances in a cluster-tagged VPC and kubelets naming their Nodes by
+private DNS name, as on EC2.
+
 Exit codes: 0 a clean stop (Ctrl-C, or the demo's --exit-when-done); 1 a runtime failure;
 2 a rejected command line.
 """
@@ -24,11 +28,11 @@ import shutil
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import prometheus_client
 import structlog
@@ -55,13 +59,21 @@ from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
-from trio_ccm.testing.cloud import SimCloud, cloud_config, serve_sim_cloud, write_cloud_config
-from trio_ccm.testing.testbed import Census, Testbed
+from trio_ccm.testing.cloud import SimCloud, cloud_config, serve_sim_cloud
+from trio_ccm.testing.testbed import Census, Fleet, Testbed
+
+if TYPE_CHECKING:
+    from trio_ccm.testing.aws import MotoServer
 
 __all__ = ["main", "run_apiserver", "run_demo", "run_testbed"]
 
 _CLEANUP_S: Final = 5.0  # deadline of shielded cleanup at the end of the demo
 _KUBECTL_TIMEOUT_S: Final = 20.0
+AWS_CLUSTER_ID: Final = "kubernetes"
+"""The cluster ID of `--cloud=aws` worlds (the Go CCM's default --cluster-name)."""
+_NEEDS_MOTO: Final = (
+    "--cloud=aws runs moto in-process, which is not installed: pip install 'trio-ccm[aws-testbed]'"
+)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -269,7 +281,8 @@ def _testbed_parser() -> argparse.ArgumentParser:
         "--cloud-config-out",
         metavar="PATH",
         required=True,
-        help="write a cloud config for --cloud-provider=sim to PATH",
+        help="write a cloud config for the CCM (--cloud-provider=sim, or aws with "
+        "--cloud=aws) to PATH",
     )
     parser.add_argument(
         "--rbac",
@@ -286,6 +299,13 @@ def _testbed_parser() -> argparse.ArgumentParser:
 
 def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--cloud",
+        choices=("sim", "aws"),
+        default="sim",
+        help="the cloud: the simulated cloud (default), or moto's EC2 on loopback for "
+        "--cloud-provider=aws (needs the aws-testbed extra)",
+    )
+    parser.add_argument(
         "--host",
         default="127.0.0.1",
         help="address both listen on (loopback only; default 127.0.0.1)",
@@ -297,7 +317,7 @@ def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
         "--cloud-port",
         type=_port,
         default=0,
-        help="the simulated cloud's port; 0 picks a free one (default 0)",
+        help="the cloud's port (the simulated cloud, or moto); 0 picks a free one (default 0)",
     )
     parser.add_argument(
         "--tls", action="store_true", help="serve the emulator over HTTPS with a CA minted at start"
@@ -316,12 +336,31 @@ def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class _World:
-    """A testbed served over loopback: the emulator, the simulated cloud and the kubelets."""
+    """A testbed served over loopback: the emulator, the cloud and the kubelets."""
 
     testbed: Testbed
     api_url: str
     cloud_url: str
     kubeconfig: Path
+    cloud: str
+    """"sim" or "aws"."""
+    cloud_config: bytes
+    """What the CCM's --cloud-config holds."""
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """What the CCM's environment needs besides (aws: moto's test keys, IMDS off)."""
+
+    @property
+    def provider_name(self) -> str:
+        return self.cloud
+
+    def provider(self, replica: str) -> CloudProvider:
+        """The provider for a CCM in this process (`replica`: the sim cloud's call-log name)."""
+        if self.cloud == "aws":
+            from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
+
+            config = parse_cloud_config(self.cloud_config, source="the testbed's cloud-config")
+            return AwsProvider(config, environ=self.environ)
+        return load_provider("sim", cloud_config(self.cloud_url, replica=replica))
 
 
 async def _open_world(
@@ -334,18 +373,52 @@ async def _open_world(
     problem = _load_rbac(api, rbac or [])
     if problem:
         raise ConfigError(problem)
-    cloud = SimCloud(seed=args.seed)
-    testbed = Testbed(api, cloud, heartbeat_s=args.heartbeat, seed=args.seed, token=token)
-    testbed.add_nodes(nodes)
+    fleet: Fleet
+    environ: Mapping[str, str] = {}
+    if args.cloud == "aws":
+        fleet, cloud_url, config, environ = await _open_aws(nursery, args, nodes=nodes)
+    else:
+        cloud = fleet = SimCloud(seed=args.seed)
+        cloud_listening = await nursery.start(
+            partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
+        )
+        cloud_url = cloud_listening.url
+        config = cloud_config(cloud_url)
+    testbed = Testbed(api, fleet, heartbeat_s=args.heartbeat, seed=args.seed, token=token)
+    if args.cloud == "sim":
+        testbed.add_nodes(nodes)
     api_listening = await nursery.start(
         partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
     )
-    cloud_listening = await nursery.start(
-        partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
-    )
     written = api_listening.write_kubeconfig(kubeconfig, token)
     await nursery.start(testbed.serve)
-    return _World(testbed, api_listening.url, cloud_listening.url, written)
+    return _World(testbed, api_listening.url, cloud_url, written, args.cloud, config, dict(environ))
+
+
+async def _open_aws(
+    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int
+) -> tuple[Fleet, str, bytes, Mapping[str, str]]:
+    """moto on loopback with a cluster-tagged VPC and `nodes` running instances, followed
+    by a `MotoFleet`; its URL, the cloud-config and the environment for the CCM."""
+    try:
+        from trio_ccm.testing.aws import MotoFleet, World, open_moto
+    except ImportError as exc:
+        raise ConfigError(_NEEDS_MOTO) from exc
+
+    async def serve_moto(*, task_status: trio.TaskStatus[MotoServer]) -> None:
+        async with open_moto(host=args.host, port=args.cloud_port) as moto:
+            task_status.started(moto)
+            await trio.sleep_forever()
+
+    try:
+        moto: MotoServer = await nursery.start(serve_moto)
+    except ImportError as exc:  # moto itself is imported when the server starts
+        raise ConfigError(_NEEDS_MOTO) from exc
+    world = await World.create(moto, cluster_id=AWS_CLUSTER_ID)
+    await world.add_instances(nodes)
+    fleet = MotoFleet(world)
+    await nursery.start(fleet.serve)
+    return fleet, moto.url, world.cloud_config(), world.environ()
 
 
 def _check_listener_args(args: argparse.Namespace, command: str) -> str | None:
@@ -371,7 +444,7 @@ def run_testbed(argv: Sequence[str]) -> int:
                     world = await _open_world(
                         nursery, args, nodes=args.nodes, kubeconfig=args.kubeconfig_out
                     )
-                    write_cloud_config(args.cloud_config_out, url=world.cloud_url)
+                    await trio.Path(args.cloud_config_out).write_bytes(world.cloud_config)
                 except ConfigError as exc:
                     nursery.cancel_scope.cancel()
                     print(f"trio-ccm: error: {exc}", file=sys.stderr)
@@ -381,9 +454,17 @@ def run_testbed(argv: Sequence[str]) -> int:
                     print(f"trio-ccm: cannot start the testbed: {exc}", file=sys.stderr)
                     return EXIT_FAILURE
                 print(f"apiserver listening on {world.api_url}", flush=True)
-                print(f"sim cloud listening on {world.cloud_url}", flush=True)
+                cloud_name = "moto (EC2)" if world.cloud == "aws" else "sim cloud"
+                print(f"{cloud_name} listening on {world.cloud_url}", flush=True)
                 print(f"kubeconfig written to {world.kubeconfig}", flush=True)
-                print(f"cloud config written to {args.cloud_config_out}", flush=True)
+                print(
+                    f"cloud config for --cloud-provider={world.provider_name} written to "
+                    f"{args.cloud_config_out}",
+                    flush=True,
+                )
+                if world.environ:
+                    exports = " ".join(f"{k}={v}" for k, v in world.environ.items())
+                    print(f"the CCM's environment: export {exports}", flush=True)
                 print(
                     f"{args.nodes} nodes registered (heartbeat every {args.heartbeat:g}s); "
                     "Ctrl-C to stop",
@@ -400,8 +481,9 @@ def _demo_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trio-ccm demo",
         usage="trio-ccm demo [options] [-- CCM flags]",
-        description="Run a testbed (emulator, simulated cloud, N kubelets) and the CCM "
-        "(--cloud-provider=sim, leader election on) in one process, over loopback. Prints "
+        description="Run a testbed (emulator, simulated cloud or moto with --cloud=aws, N "
+        "kubelets) and the CCM (--cloud-provider=sim or aws, leader election on) in one "
+        "process, over loopback. Prints "
         "progress about once a second and a summary at the end; the kubeconfig lets kubectl "
         "watch meanwhile. Flags after `--` go to the CCM (e.g. -- --kube-api-qps=100). "
         "Stops cleanly on Ctrl-C.",
@@ -412,8 +494,9 @@ def _demo_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--services",
         type=_count,
-        default=3,
-        help="Services of type LoadBalancer created once the CCM runs (default 3)",
+        default=None,
+        help="Services of type LoadBalancer created once the CCM runs (default 3, or 0 when "
+        "the provider has no load balancers)",
     )
     parser.add_argument(
         "--kubeconfig-out",
@@ -585,7 +668,7 @@ def run_demo(argv: Sequence[str]) -> int:
     try:
         settings = parse_flags(
             [
-                "--cloud-provider=sim",
+                f"--cloud-provider={args.cloud}",
                 f"--kubeconfig={kubeconfig}",
                 "--secure-port=0",
                 # Pod CIDRs by the node-ipam-controller, cloud routes for them.
@@ -611,24 +694,40 @@ def run_demo(argv: Sequence[str]) -> int:
                     world = await _open_world(
                         world_nursery, args, nodes=args.nodes, kubeconfig=str(kubeconfig)
                     )
+                except ConfigError as exc:
+                    print(f"trio-ccm: error: {exc}", file=sys.stderr)
+                    failed.append(EXIT_USAGE)
+                    world_nursery.cancel_scope.cancel()
+                    return
                 except OSError as exc:
                     print(f"trio-ccm: the demo could not start: {exc}", file=sys.stderr)
                     failed.append(EXIT_FAILURE)
                     world_nursery.cancel_scope.cancel()
                     return
+                provider = world.provider("trio-ccm-demo")
+                if args.services is None:
+                    args.services = 3 if provider.load_balancers is not None else 0
+                elif args.services and provider.load_balancers is None:
+                    await aclose_provider(provider)
+                    print(
+                        f"trio-ccm: error: --services={args.services}: the {world.cloud} "
+                        "provider has no load balancers yet; use --services=0",
+                        file=sys.stderr,
+                    )
+                    failed.append(EXIT_USAGE)
+                    world_nursery.cancel_scope.cancel()
+                    return
+                cloud_name = "moto (EC2)" if world.cloud == "aws" else "sim cloud"
                 print(f"apiserver  {world.api_url}", flush=True)
-                print(f"sim cloud  {world.cloud_url}", flush=True)
+                print(f"{cloud_name:<10} {world.cloud_url}", flush=True)
                 print(f"{args.nodes} Nodes registered by simulated kubelets; starting the CCM")
                 print(f"watch it:  kubectl --kubeconfig {kubeconfig} get nodes -o wide", flush=True)
-                if not args.exit_when_done:
+                if not args.exit_when_done and world.cloud == "sim":
                     print(
                         "add nodes: curl -s -X POST "
                         f'{world.cloud_url}/_sim/instances -d \'{{"name": "node-extra-1"}}\'',
                         flush=True,
                     )
-                provider = load_provider(
-                    "sim", cloud_config(world.cloud_url, replica="trio-ccm-demo")
-                )
                 try:
                     progress = await _demo_ccm(
                         settings, provider, world, registry, signals, shutdown, args
@@ -652,7 +751,9 @@ def run_demo(argv: Sequence[str]) -> int:
         code = EXIT_FAILURE
     finally:
         kubeconfig.unlink(missing_ok=True)
-    if code == EXIT_OK and (shutdown.forced or failed):
+    if code == EXIT_OK and failed:
+        code = failed[0]
+    elif code == EXIT_OK and shutdown.forced:
         code = EXIT_FAILURE
     return code
 

@@ -49,9 +49,9 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
 import structlog
 import trio
@@ -78,6 +78,9 @@ __all__ = [
     "INSTANCE_TYPES",
     "KUBELET_VERSION",
     "Census",
+    "Fleet",
+    "FleetInstance",
+    "FleetRoute",
     "Testbed",
     "TestbedStatistics",
     "node_manifest",
@@ -138,7 +141,39 @@ def _conditions(status: str, stamp: str, *, heartbeat: bool, transition: bool) -
     return conditions
 
 
-def node_manifest(instance: Instance, *, now: dt.datetime) -> dict[str, JSONValue]:
+class FleetInstance(Protocol):
+    """An instance as its kubelet knows it: the Node is named `name`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def state(self) -> str:
+        """ "running" (its kubelet runs), or anything else (it is silent)."""
+        ...
+
+
+class FleetRoute(Protocol):
+    @property
+    def blackhole(self) -> bool: ...
+
+
+class Fleet(Protocol):
+    """The cloud whose instances the kubelets follow: `SimCloud`, or another cloud's
+    instances seen through a snapshot (`trio_ccm.testing.aws.MotoFleet`). Read on the Trio
+    thread, so these must not block."""
+
+    def instances(self) -> Sequence[FleetInstance]: ...
+    def routes(self) -> Sequence[FleetRoute]: ...
+    def call_counts(self) -> Mapping[str, int]:
+        """The CCM's calls to the cloud so far, by method or action."""
+        ...
+
+
+def node_manifest(instance: FleetInstance, *, now: dt.datetime) -> dict[str, JSONValue]:
     """The Node a kubelet started with `--cloud-provider=external` registers for `instance`."""
     stamp = _format_time(now)
     return {
@@ -210,7 +245,8 @@ class Census:
     initialised: int
     """Nodes without the uninitialized taint and with a provider ID."""
     cloud_calls: Counter[str]
-    """Calls in the simulated cloud's call log, by method."""
+    """The CCM's calls to the cloud, by method (the simulated cloud's call log) or by
+    `service:action` (moto's counters)."""
     events: Counter[str]
     """Event objects in the API, by reason."""
     event_count: int
@@ -224,7 +260,7 @@ class Census:
     pod_cidrs: int = 0
     """Nodes with spec.podCIDRs."""
     routes: int = 0
-    """Routes in the simulated cloud that are not blackholes."""
+    """Routes in the cloud that are not blackholes."""
 
 
 @dataclass(eq=False)
@@ -245,6 +281,8 @@ class _Kubelet:
 class Testbed:
     """Kubelets for the instances of `cloud`, registering Nodes in `api` (module docstring).
 
+    `cloud` is the simulated cloud, or any `Fleet` (`add_nodes` needs the simulated cloud).
+
     `token` is the bearer token to present when `api` requires one. `now` is the wall clock
     written into condition timestamps. `seed` seeds the heartbeat offsets.
     """
@@ -254,7 +292,7 @@ class Testbed:
     def __init__(
         self,
         api: ApiServer,
-        cloud: SimCloud,
+        cloud: Fleet,
         *,
         heartbeat_s: float = 60.0,
         poll_s: float = 1.0,
@@ -300,8 +338,14 @@ class Testbed:
         soon as `serve` sees them (at once when it runs)."""
         if count < 0:
             raise ValueError(f"count={count}: cannot add a negative number of nodes")
+        cloud = self.cloud
+        if not isinstance(cloud, SimCloud):
+            raise TypeError(
+                f"add_nodes launches instances in the simulated cloud, not in {cloud!r}: "
+                "launch them in that cloud (the testbed follows within poll_s)"
+            )
         highest = 0
-        for instance in self.cloud.instances():
+        for instance in cloud.instances():
             match = _NAME_RE.fullmatch(instance.name)
             if match:
                 highest = max(highest, int(match.group(1)))
@@ -309,9 +353,9 @@ class Testbed:
         for number in range(highest + 1, highest + 1 + count):
             index = number - 1
             added.append(
-                self.cloud.add_instance(
+                cloud.add_instance(
                     f"node-{number:04d}",
-                    zone=f"{self.cloud.region}{ZONE_SUFFIXES[index % len(ZONE_SUFFIXES)]}",
+                    zone=f"{cloud.region}{ZONE_SUFFIXES[index % len(ZONE_SUFFIXES)]}",
                     instance_type=INSTANCE_TYPES[index % len(INSTANCE_TYPES)],
                 )
             )
@@ -385,7 +429,7 @@ class Testbed:
             external_ips=external,
             nodes=len(nodes.items),
             initialised=len(initialised),
-            cloud_calls=Counter(call.method for call in self.cloud.calls),
+            cloud_calls=Counter(self.cloud.call_counts()),
             events=Counter(event.reason for event in events.items),
             event_count=sum(max(event.count, 1) for event in events.items),
             zones=Counter(node.metadata.labels.get(LABEL_ZONE, "") for node in initialised),
@@ -437,7 +481,7 @@ class Testbed:
             if kubelet.running:
                 await self._halt(kubelet, "gone")
 
-    def _boot(self, kubelet: _Kubelet, instance: Instance, nursery: trio.Nursery) -> None:
+    def _boot(self, kubelet: _Kubelet, instance: FleetInstance, nursery: trio.Nursery) -> None:
         kubelet.running = True
         kubelet.registered = False
         kubelet.up = trio.Event()
@@ -471,7 +515,7 @@ class Testbed:
             "node.status-unknown", node=kubelet.name, instance=kubelet.instance_id, state=state
         )
 
-    async def _run_kubelet(self, kubelet: _Kubelet, instance: Instance) -> None:
+    async def _run_kubelet(self, kubelet: _Kubelet, instance: FleetInstance) -> None:
         assert kubelet.scope is not None
         try:
             with kubelet.scope:
@@ -485,7 +529,7 @@ class Testbed:
             kubelet.up.set()
             kubelet.done.set()
 
-    async def _register(self, kubelet: _Kubelet, instance: Instance) -> None:
+    async def _register(self, kubelet: _Kubelet, instance: FleetInstance) -> None:
         """Create the Node (retrying failures); if it exists, post Ready=True on it."""
         while True:
             try:

@@ -22,12 +22,14 @@ async with open_moto() as moto:                     # moto on 127.0.0.1:<free po
   per-action call counters;
 - `apply_patches()`: moto fidelity patches (`patches.PATCHES`, listed in docs/aws.md);
 - `World`: the cluster (VPC, a subnet per zone, route table, instances) and its
-  cloud-config.
+  cloud-config;
+- `MotoFleet`: the world's instances as the testbed's kubelets follow them.
 
 Runtime modules never import this package (import-linter enforces it).
 """
 
 from trio_ccm.testing.aws.faults import HARNESS_AGENT, Fault, Faults
+from trio_ccm.testing.aws.fleet import MotoFleet
 from trio_ccm.testing.aws.patches import PATCHES, apply_patches
 from trio_ccm.testing.aws.server import TEST_CREDENTIALS, MotoServer, StaticKeys, open_moto
 from trio_ccm.testing.aws.world import UNINITIALIZED_TAINT, Instance, World, ready_condition
@@ -40,6 +42,7 @@ __all__ = [
     "Fault",
     "Faults",
     "Instance",
+    "MotoFleet",
     "MotoServer",
     "StaticKeys",
     "World",

@@ -12,6 +12,7 @@ import ipaddress
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -319,6 +320,10 @@ class SimCloud:
 
     def clear_calls(self) -> None:
         self.calls = []
+
+    def call_counts(self) -> Counter[str]:
+        """The calls so far, by method."""
+        return Counter(call.method for call in self.calls)
 
     def state(self) -> dict[str, JSON]:
         """Everything, as JSON: what `GET /_sim/state` answers."""
