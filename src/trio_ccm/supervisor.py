@@ -422,14 +422,17 @@ class _Replica:
         )
         self.running[controller.name] = ctx
         self.running_gauge.labels(controller.name, _MANAGER).set(1)
-        log.info("controller.started", controller=controller.name)
+        # Every line logged in this task and the tasks it starts (its actors, its passes,
+        # its cloud calls) carries the controller's name.
+        structlog.contextvars.bind_contextvars(controller=controller.name)
+        log.info("controller.started")
         task_status.started()
         try:
             await controller.run(ctx)
         finally:
             del self.running[controller.name]
             self.running_gauge.labels(controller.name, _MANAGER).set(0)
-        log.info("controller.finished", controller=controller.name)
+        log.info("controller.finished")
 
     def check_leading(self) -> None:
         """Asked before every cloud call: this replica still holds its Lease by its own
