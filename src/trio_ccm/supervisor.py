@@ -71,13 +71,14 @@ from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.leader import Clock, LeaderElector, default_identity
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
+from trio_ccm.logs import get_logger
 from trio_ccm.metrics import ClientMetrics, LeaderMetrics
 from trio_ccm.observable import AsyncValue
 from trio_ccm.settings import Settings
 
 __all__ = ["GRACE_S", "Serving", "resolve_controllers", "serve"]
 
-log = structlog.get_logger("trio_ccm.supervisor")
+log = get_logger("trio_ccm.supervisor")
 
 GRACE_S: Final = 10.0
 """How long per-object actors may finish their current step at a graceful shutdown."""
