@@ -49,3 +49,14 @@ def private_imports(code: str) -> list[str]:
             exported = importlib.import_module(module).__all__
             found += [f"{module}.{a.name}" for a in node.names if a.name not in exported]
     return found
+
+
+def walkthrough_files(doc: str) -> dict[str, str]:
+    """The files a walkthrough in `docs/<doc>` builds: each fenced block whose first line is
+    `# file: NAME`, by NAME (the marker line stays: a comment in Python and TOML)."""
+    text = (DOCS / doc).read_text()
+    found: dict[str, str] = {}
+    for code in re.findall(r"```[a-z]*\n(# file: .*?)```", text, re.S):
+        name = code.split("\n", 1)[0].removeprefix("# file: ").strip()
+        found[name] = code
+    return found
