@@ -13,6 +13,7 @@ DOCS: Final = Path(__file__).parents[2] / "docs"
 PUBLIC_MODULES: Final = (
     "trio_ccm",
     "trio_ccm.cloud",
+    "trio_ccm.cloud.sim",
     "trio_ccm.controllers",
     "trio_ccm.testing",
     "trio_ccm.testing.apiserver",
