@@ -38,7 +38,6 @@ from trio_ccm.cloud.registry import available_providers, load_provider, read_clo
 from trio_ccm.errors import ConfigError
 from trio_ccm.flags import parse_flags, usage, wants_help, wants_version
 from trio_ccm.kube.leader import LeaseLostError
-from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
@@ -128,7 +127,7 @@ async def aclose_provider(provider: CloudProvider) -> None:
 def run_ccm(argv: Sequence[str]) -> int:
     """The cloud-controller-manager: flags, logging, provider, then `serve` until a signal."""
     if wants_help(argv):
-        print(usage())
+        print(usage(providers=available_providers()))
         print()
         print(_COMMANDS_HELP)
         return EXIT_OK
@@ -136,7 +135,8 @@ def run_ccm(argv: Sequence[str]) -> int:
         print(f"trio-ccm {__version__}")
         return EXIT_OK
     try:
-        settings = parse_flags(argv, controller_aliases=CONTROLLER_ALIASES)
+        # The provider may contribute controllers: their names are checked once it is built.
+        settings = parse_flags(argv, controllers=None)
     except FlagError as exc:
         return usage_error(str(exc))
     configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)

@@ -19,12 +19,13 @@ import difflib
 import ipaddress
 import re
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from trio_ccm.govalues import parse_bool, parse_duration
+from trio_ccm.kube.wellknown import BUILTIN_CONTROLLER_NAMES, CONTROLLER_ALIASES
 from trio_ccm.settings import (
     COMPATIBILITY_FLAGS,
     CONTROLLER_TOKEN_RE,
@@ -38,22 +39,36 @@ from trio_ccm.settings import (
 
 __all__ = ["parse_flags", "to_flags", "usage", "wants_help", "wants_version"]
 
-_NO_ALIASES: Final[Mapping[str, str]] = MappingProxyType({})
+
+class _Named(Protocol):
+    """A controller class, as far as the command line cares: its `--controllers` name."""
+
+    @property
+    def name(self) -> str: ...
+
+
 _USAGE_WIDTH: Final = 100
 
 
 def parse_flags(
-    argv: Sequence[str], *, controller_aliases: Mapping[str, str] = _NO_ALIASES
+    argv: Sequence[str],
+    *,
+    controllers: Iterable[str | _Named] | None = (),
+    controller_aliases: Mapping[str, str] = CONTROLLER_ALIASES,
 ) -> Settings:
     """Settings from a Go-style command line (argv without the program name).
 
-    `controller_aliases` maps short controller names to canonical ones; `--controllers`
-    tokens are rewritten with it. Raises FlagError naming the flag on any problem.
+    `--controllers` may name the built-in controllers, their aliases (`controller_aliases`,
+    upstream's short names; tokens are rewritten to the canonical names) and the extra
+    `controllers` (classes, as passed to `serve()`, or names); any other name is refused
+    here, with the nearest known one suggested. `controllers=None` defers that check to
+    `serve()`: for a caller that learns of extra controllers later (the cli, from the
+    provider it builds from these flags). Raises FlagError naming the flag on any problem.
     `--help`, `-h` and `--version` are skipped: the cli checks `wants_help`/`wants_version`
     first.
     """
     values: dict[str, Any] = {}
-    controllers: list[str] | None = None
+    tokens_given: list[str] | None = None
     rates: list[tuple[str, float, int]] = []
     ignored: list[str] = []
     previous: _Token | None = None
@@ -82,15 +97,21 @@ def parse_flags(
         elif kind == "controllers":
             assert isinstance(converted, list)
             tokens = [rewrite_alias(t, controller_aliases) for t in converted]
-            controllers = tokens if controllers is None else [*controllers, *tokens]
+            tokens_given = tokens if tokens_given is None else [*tokens_given, *tokens]
         elif kind == "rates":
             assert isinstance(converted, list)
             rates.extend(converted)
         else:
             values[_BY_NAME[token.name].field] = converted
+    if tokens_given is not None:
+        values["controllers"] = tuple(tokens_given)
+    settings = Settings(**values, cloud_rates=tuple(rates), ignored_flags=tuple(ignored))
     if controllers is not None:
-        values["controllers"] = tuple(controllers)
-    return Settings(**values, cloud_rates=tuple(rates), ignored_flags=tuple(ignored))
+        extra = [c if isinstance(c, str) else c.name for c in controllers]
+        settings.enabled_controllers(
+            [*dict.fromkeys([*BUILTIN_CONTROLLER_NAMES, *extra])], controller_aliases
+        )
+    return settings
 
 
 def to_flags(settings: Settings) -> list[str]:
@@ -126,10 +147,16 @@ def wants_version(argv: Sequence[str]) -> bool:
     )
 
 
-def usage() -> str:
-    """The `--help` text: every effective flag with its default and meaning."""
+def usage(*, providers: Sequence[str] = ()) -> str:
+    """The `--help` text: every effective flag with its default and meaning, and the
+    installed `providers` (the cli asks the registry) beside `--cloud-provider`."""
+    installed = f" (installed: {', '.join(providers) or 'none'})"
     rows = [
-        (_flag_column(spec), f"{spec.meaning} {_default_note(spec)}{_ORIGIN_NOTES[spec.origin]}")
+        (
+            _flag_column(spec),
+            f"{spec.meaning} {_default_note(spec)}{_ORIGIN_NOTES[spec.origin]}"
+            + (installed if spec.field == "cloud_provider" else ""),
+        )
         for spec in _FLAGS
     ]
     rows += [("  -h, --help", "print this help and exit"), ("      --version", "print the version")]

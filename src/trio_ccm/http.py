@@ -26,7 +26,6 @@ from typing import Any, NoReturn
 from urllib.parse import parse_qs
 
 import prometheus_client
-import structlog
 import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -37,9 +36,11 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from trio_ccm.logs import get_logger
+
 __all__ = ["Check", "Endpoints", "serve_asgi", "serve_http"]
 
-log = structlog.get_logger("trio_ccm.http")
+log = get_logger("trio_ccm.http")
 
 _Scope = MutableMapping[str, Any]
 _Message = MutableMapping[str, Any]

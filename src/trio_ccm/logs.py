@@ -1,23 +1,37 @@
-"""The one logging configuration of trio-ccm, applied by the cli and nowhere else.
+"""trio-ccm's logging: the configuration the cli applies, and the library's loggers.
 
-structlog events and stdlib `logging` records (hypercorn, httpx) go through the same
-processors to one stream: JSON lines off a TTY (or with `--logging-format=json`), colourless
-or coloured console lines otherwise. Every line carries `event`, `level` and an ISO-8601 UTC
-`timestamp`, plus whatever `structlog.contextvars` holds. Library code only calls
-`structlog.get_logger()`; embedding programs configure logging themselves.
+`configure_logging` (public: `trio_ccm.configure_logging`) is the `trio-ccm` command's
+configuration, for embedding programs that want the same lines: structlog events and
+stdlib `logging` records (hypercorn, httpx) go through the same processors to one stream,
+JSON lines off a TTY (or with `fmt="json"`), colourless or coloured console lines otherwise.
+Every line carries `event`, `level` and an ISO-8601 UTC `timestamp`, plus whatever
+`structlog.contextvars` holds (`controller`, `key`). Tracebacks never show local variables.
+
+Library modules log through `get_logger(name)`, and never configure anything:
+
+- when the program configured structlog (`structlog.configure`, or `configure_logging`),
+  the lines go through that configuration, as any `structlog.get_logger()` line would;
+- otherwise they become stdlib `logging` records of the logger `name` (`trio_ccm.…`), one
+  line each, their traceback (if any) plain, without local variables: a program that set
+  up `logging` gets them in its handlers like any library's records, and one that set up
+  nothing gets Python's default, warnings and errors on stderr (`logging.lastResort`).
+
+structlog's own default would instead print every level, with tracebacks that list each
+frame's local variables: thousands of lines a minute for one failing object.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final, TextIO
+import sys
+from typing import Any, Final, TextIO, cast
 
 import structlog
 from structlog.typing import Processor
 
 from trio_ccm.errors import ConfigError
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "get_logger"]
 
 # Third-party loggers whose info/debug chatter is not ours to show, even at -v=1.
 _QUIET_LOGGERS: Final = ("hypercorn", "httpx", "httpcore", "hpack", "h2", "h11")
@@ -27,12 +41,16 @@ class _StreamHandler(logging.StreamHandler[TextIO]):
     """The root handler configure_logging installs; its class finds it again on a second call."""
 
 
-def configure_logging(*, verbosity: int, fmt: str, stream: TextIO) -> None:
-    """Send structlog and stdlib logging to `stream` at info (`verbosity` 0) or debug (>= 1).
+def configure_logging(*, verbosity: int = 0, fmt: str = "", stream: TextIO | None = None) -> None:
+    """Send structlog and stdlib logging to `stream` (stderr by default) at info
+    (`verbosity` 0) or debug (>= 1), as the `trio-ccm` command does.
 
     `fmt` is "json", "text", or "" for json unless `stream` is a TTY. Calling it again
-    replaces the previous configuration.
+    replaces the previous configuration. It configures the whole process (the root logger
+    and structlog): call it from a program's `main`, not from a library.
     """
+    if stream is None:
+        stream = sys.stderr
     if fmt not in ("", "text", "json"):
         raise ConfigError(f"--logging-format={fmt}: write text or json")
     level = logging.DEBUG if verbosity >= 1 else logging.INFO
@@ -89,3 +107,44 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+
+
+class _LibraryLogger:
+    """A module's logger: the program's structlog configuration if it made one, else stdlib
+    logging under the module's name (see the module docstring). Decided at each call, so a
+    configuration made after import (or swapped by a test) takes effect."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._configured = structlog.get_logger(name)
+
+    def _target(self) -> Any:
+        if structlog.is_configured():
+            return self._configured
+        return structlog.wrap_logger(
+            logging.getLogger(self._name),
+            processors=_LIBRARY_DEFAULT,
+            wrapper_class=structlog.stdlib.BoundLogger,
+            context_class=dict,
+        )
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._target(), method)
+
+
+_LIBRARY_DEFAULT: Final[tuple[Processor, ...]] = (
+    structlog.stdlib.filter_by_level,  # before any work: below the logger's level is free
+    structlog.contextvars.merge_contextvars,
+    # No level or time: the program's logging handler adds what it wants.
+    structlog.dev.ConsoleRenderer(
+        colors=False,
+        exception_formatter=structlog.dev.plain_traceback,
+        pad_event_to=0,
+        pad_level=False,
+    ),
+)
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """The logger of library module `name`; see the module docstring."""
+    return cast("structlog.typing.FilteringBoundLogger", _LibraryLogger(name))

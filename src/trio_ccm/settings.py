@@ -11,6 +11,7 @@ operator's reference.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import re
@@ -168,9 +169,11 @@ class Settings:
         ]
         if unknown:
             alias_note = f" (aliases: {', '.join(sorted(aliases))})" if aliases else ""
+            close = difflib.get_close_matches(unknown[0], [*known, *aliases], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise FlagError(
                 f"--controllers={','.join(self.controllers)}: unknown controller "
-                f"{', '.join(repr(u) for u in unknown)}; known controllers are "
+                f"{', '.join(repr(u) for u in unknown)}{hint}; known controllers are "
                 f"{', '.join(known)}{alias_note}"
             )
         star = "*" in tokens

@@ -71,13 +71,14 @@ from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.leader import Clock, LeaderElector, default_identity
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
+from trio_ccm.logs import get_logger
 from trio_ccm.metrics import ClientMetrics, LeaderMetrics
 from trio_ccm.observable import AsyncValue
 from trio_ccm.settings import Settings
 
 __all__ = ["GRACE_S", "Serving", "resolve_controllers", "serve"]
 
-log = structlog.get_logger("trio_ccm.supervisor")
+log = get_logger("trio_ccm.supervisor")
 
 GRACE_S: Final = 10.0
 """How long per-object actors may finish their current step at a graceful shutdown."""
@@ -422,14 +423,17 @@ class _Replica:
         )
         self.running[controller.name] = ctx
         self.running_gauge.labels(controller.name, _MANAGER).set(1)
-        log.info("controller.started", controller=controller.name)
+        # Every line logged in this task and the tasks it starts (its actors, its passes,
+        # its cloud calls) carries the controller's name.
+        structlog.contextvars.bind_contextvars(controller=controller.name)
+        log.info("controller.started")
         task_status.started()
         try:
             await controller.run(ctx)
         finally:
             del self.running[controller.name]
             self.running_gauge.labels(controller.name, _MANAGER).set(0)
-        log.info("controller.finished", controller=controller.name)
+        log.info("controller.finished")
 
     def check_leading(self) -> None:
         """Asked before every cloud call: this replica still holds its Lease by its own

@@ -1,56 +1,57 @@
-"""The extra-controller example in docs/embedding.md works as written."""
+"""The extra-controller example in docs/embedding.md works as written, on public names."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 import trio.testing
 
+from tests.helpers.docs import blocks, private_imports
 from tests.helpers.supervisor import NoCapabilities
-from trio_ccm.settings import Settings
-from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.harness import emulator_connection
+from trio_ccm.testing import ApiServer, register_node, run_ccm
 
-DOC = Path(__file__).parents[2] / "docs" / "embedding.md"
+DOC = "embedding.md"
 
 
 def example() -> dict[str, Any]:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
     namespace: dict[str, Any] = {}
-    exec(compile(blocks[-1], str(DOC), "exec"), namespace)  # noqa: S102 - our own doc
+    exec(compile(blocks(DOC)[-1], DOC, "exec"), namespace)  # noqa: S102 - our own doc
     return namespace
+
+
+def test_the_documented_controller_imports_public_names_only() -> None:
+    """Every trio_ccm name the doc's example imports is in a public module's __all__."""
+    assert private_imports(blocks(DOC)[-1]) == []
 
 
 async def test_the_documented_controller_labels_nodes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The doc's name-zone controller runs under serve() and labels every Node."""
+    """The doc's name-zone controller runs under serve() and labels every Node, with one
+    Normal Event each."""
     doc = example()
-    server = ApiServer(seed=1)
+    api = ApiServer(seed=1)
     for name in ("web-a", "db-b"):
-        server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        register_node(api, name)
     with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            serving: Serving = await nursery.start(
-                lambda task_status: serve(
-                    Settings(secure_port=0),
-                    NoCapabilities(),
-                    controllers=[doc["NameZoneController"]],
-                    connection=emulator_connection(),
-                    transport=server.transport(),
-                    task_status=task_status,
-                )
-            )
-            await serving.wait_leading()
-            await trio.sleep(1)
+        async with run_ccm(
+            api, NoCapabilities(), controllers=[doc["NameZoneController"]]
+        ) as serving:
             assert serving.controllers == ["name-zone-controller"]
-            nursery.cancel_scope.cancel()
+            await trio.sleep(1)
     labels = {
-        n: server.get("v1", "Node", n)["metadata"]["labels"][doc["ZONE_LABEL"]]
+        n: api.get("v1", "Node", n)["metadata"]["labels"][doc["ZONE_LABEL"]]
         for n in ("web-a", "db-b")
     }
     assert labels == {"web-a": "a", "db-b": "b"}
+    async with httpx.AsyncClient(transport=api.transport(), base_url="http://api") as http:
+        events = (await http.get("/api/v1/namespaces/default/events")).json()["items"]
+    assert sorted(
+        (e["involvedObject"]["name"], e["type"], e["reason"], e["source"]["component"])
+        for e in events
+    ) == [
+        ("db-b", "Normal", "ZoneLabelled", "name-zone-controller"),
+        ("web-a", "Normal", "ZoneLabelled", "name-zone-controller"),
+    ]

@@ -323,11 +323,13 @@ def test_unreadable_kubeconfig_exits_1_after_logging_flags_and_ignored_ones(
 def test_help_prints_usage_and_commands_and_exits_0(
     capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    """--help (or -h, anywhere) prints the flag list and the subcommands to stdout, exit 0."""
+    """--help (or -h, anywhere) prints the flag list, the installed providers and the
+    subcommands to stdout, exit 0."""
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("Usage: trio-ccm [flags]")
     assert "--cloud-provider string" in captured.out
+    assert "(installed: aws, sim)" in captured.out
     for command in ("apiserver", "testbed", "demo"):
         assert f"trio-ccm {command}" in captured.out
     assert captured.err == ""

@@ -32,7 +32,6 @@ from functools import partial
 from typing import Final
 
 import prometheus_client
-import structlog
 import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
@@ -69,11 +68,12 @@ from trio_ccm.kube.wellknown import (
     REASON_SYNCED,
     TAINT_UNINITIALIZED,
 )
+from trio_ccm.logs import get_logger
 from trio_ccm.settings import Settings
 
 __all__ = ["CloudNodeController", "NodeMetrics"]
 
-log = structlog.get_logger("trio_ccm.actors.cloud_node")
+log = get_logger("trio_ccm.actors.cloud_node")
 
 _KUBERNETES_NAMESPACED: Final = re.compile(r"(^|\.)(kubernetes|k8s)\.io/")
 # (beta label, GA label): the beta one is the source of truth on initialised Nodes.

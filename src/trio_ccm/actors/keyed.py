@@ -52,6 +52,7 @@ import trio
 from trio_ccm.actors.backoff import Backoff, retry_after_s
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Object, resource_version_number
+from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import MailboxReader
 
 K = TypeVar("K", bound=Hashable)
@@ -109,7 +110,7 @@ class GracefulCancelScope:
 
 ActorState = Literal["idle", "waiting", "busy", "backoff"]
 
-log = structlog.get_logger("trio_ccm.actors.keyed")
+log = get_logger("trio_ccm.actors.keyed")
 
 
 @dataclass(frozen=True)
@@ -457,13 +458,16 @@ class KeyedActors(Generic[K, V]):
             )
             return fixed
         delay = self._backoff.next_delay(key)
+        failures = self._backoff.failures(key)
+        # The traceback once per streak of failures; each retry after it is one line.
         log.warning(
             "actor.failed",
             controller=self.name,
             key=key,
             retry_in_s=round(delay, 3),
-            failures=self._backoff.failures(key),
-            exc_info=exc,
+            failures=failures,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc if failures == 1 else None,
         )
         return delay
 

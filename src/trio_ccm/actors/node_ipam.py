@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 import prometheus_client
-import structlog
 import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
@@ -45,11 +44,12 @@ from trio_ccm.kube.wellknown import (
     REASON_CIDR_ASSIGNMENT_FAILED,
     REASON_CIDR_NOT_AVAILABLE,
 )
+from trio_ccm.logs import get_logger
 from trio_ccm.settings import Settings, cidrs_of, node_mask_sizes
 
 __all__ = ["IpamMetrics", "NodeIpamController"]
 
-log = structlog.get_logger("trio_ccm.actors.node_ipam")
+log = get_logger("trio_ccm.actors.node_ipam")
 
 CIDR_UPDATE_WORKERS: Final = 30  # upstream's cidrUpdateWorkers: Node writes at once
 CIDR_UPDATE_ATTEMPTS: Final = 3  # upstream's cidrUpdateRetries: attempts per write

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-import structlog
 import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext
@@ -40,11 +39,12 @@ from trio_ccm.kube.wellknown import (
     REASON_DELETING_NODE_FAILED,
     TAINT_SHUTDOWN,
 )
+from trio_ccm.logs import get_logger
 from trio_ccm.settings import Settings
 
 __all__ = ["NodeLifecycleController"]
 
-log = structlog.get_logger("trio_ccm.actors.node_lifecycle")
+log = get_logger("trio_ccm.actors.node_lifecycle")
 
 _SHUTDOWN_TAINT: dict[str, JSONValue] = {"key": TAINT_SHUTDOWN, "effect": "NoSchedule"}
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import prometheus_client
-import structlog
 import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
@@ -46,12 +45,13 @@ from trio_ccm.kube.wellknown import (
     REASON_FAILED_TO_CREATE_ROUTE,
     ROUTE_CREATED,
 )
+from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import MailboxReader
 from trio_ccm.settings import Settings, cidrs_of
 
 __all__ = ["NodeRouteController", "Plan", "plan", "responsible"]
 
-log = structlog.get_logger("trio_ccm.actors.node_route")
+log = get_logger("trio_ccm.actors.node_route")
 
 MAX_CONCURRENT_ROUTE_OPERATIONS: Final = 200
 """Cloud route operations in flight at once (upstream's maxConcurrentRouteOperations)."""

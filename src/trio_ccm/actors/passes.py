@@ -11,7 +11,8 @@
   A burst of wakes therefore costs one pass per `min_spacing_s` (or per pass duration, when
   passes are slower), never one per wake.
 - **Passes never overlap**, and a pass's failure is its own: an exception from `pass_fn` is
-  logged once with the traceback (`pass.failed`) and the next pass runs on schedule. This is
+  logged (`pass.failed`; the traceback at the first failure of a streak, one line for each
+  failure after it) and the next pass runs on schedule. This is
   the one broad `except` of pass-style work; a failure of a single object inside a pass is
   the pass's to handle.
 
@@ -23,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-import structlog
 import trio
+
+from trio_ccm.logs import get_logger
 
 __all__ = ["Wake", "serve_passes"]
 
-log = structlog.get_logger("trio_ccm.actors.passes")
+log = get_logger("trio_ccm.actors.passes")
 
 
 class Wake:
@@ -72,14 +74,25 @@ async def serve_passes(
     if not min_spacing_s >= 0:
         raise ValueError(f"{name}: min_spacing_s={min_spacing_s!r} must be >= 0")
     task_status.started()
+    failures = 0
     while True:
         started = trio.current_time()
         if wake is not None:
             wake.clear()  # changes from here on ask for the next pass
         try:
             await pass_fn()
-        except Exception:  # a pass's failure boundary: logged, next pass on schedule
-            log.warning("pass.failed", controller=name, exc_info=True)
+        except Exception as exc:  # a pass's failure boundary: logged, next pass on schedule
+            failures += 1
+            # The traceback once per streak of failed passes; each one after it is one line.
+            log.warning(
+                "pass.failed",
+                controller=name,
+                failures=failures,
+                error=f"{type(exc).__name__}: {exc}",
+                exc_info=exc if failures == 1 else None,
+            )
+        else:
+            failures = 0
         due = (trio.current_time() if sliding else started) + period_s
         if wake is None:
             await trio.sleep_until(due)

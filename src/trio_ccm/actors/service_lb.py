@@ -39,7 +39,6 @@ from functools import partial
 from typing import Final
 
 import prometheus_client
-import structlog
 import trio
 
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
@@ -94,12 +93,13 @@ from trio_ccm.kube.wellknown import (
     SERVICE_LB_CONTROLLER,
     TAINT_TO_BE_DELETED_BY_CA,
 )
+from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox, MailboxReader
 from trio_ccm.settings import Settings
 
 __all__ = ["ServiceLbController", "ServiceMetrics", "stable_node", "wants_load_balancer"]
 
-log = structlog.get_logger("trio_ccm.actors.service_lb")
+log = get_logger("trio_ccm.actors.service_lb")
 
 MIN_CONCURRENCY: Final = 100
 NODE_SYNC_COALESCE_S: Final = 1.0  # quiet time that ends a node-set change ...

@@ -98,10 +98,14 @@ class ServiceRefused(CcmError):  # noqa: N818 - a verdict, like ImplementedElsew
 
 
 class ImplementedElsewhere(CcmError):  # noqa: N818 - upstream's name
-    """Another controller owns this Service's load balancer; the service controller skips it.
+    """Another controller owns this Service's load balancer (upstream's
+    `cloudprovider.ImplementedElsewhere`).
 
-    Return it from `ensure_load_balancer`/`update_load_balancer` only; never from
-    `ensure_load_balancer_deleted`, so load balancers made earlier are still torn down.
+    Raise it from `ensure_load_balancer` or `update_load_balancer`: the service-lb-controller
+    logs `service.implemented-elsewhere`, writes no status and no Event, and asks again only
+    when the Service (or, for updates, the set of Nodes) changes. The cleanup finalizer is
+    still added, so deleting the Service still calls `ensure_load_balancer_deleted`: never
+    raise it from there, so that load balancers made earlier are torn down.
     """
 
 

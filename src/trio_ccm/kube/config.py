@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import structlog
 import trio
 import yaml
 
 from trio_ccm.errors import ConfigError
+from trio_ccm.logs import get_logger
 
 __all__ = [
     "ClientIdentity",
@@ -167,7 +167,7 @@ class TokenFileCredentials(Credentials):
         except ConfigError as exc:
             if self._identity is None or self._stale:
                 raise
-            structlog.get_logger(__name__).warning(
+            get_logger(__name__).warning(
                 "token.reread-failed", path=str(self._path), error=str(exc)
             )
             return self._identity
@@ -312,7 +312,7 @@ class ExecCredentials(Credentials):
                 f"stderr: {stderr or '(empty)'}{self._hint()}"
             )
         identity = self._parse(result.stdout, stderr)
-        structlog.get_logger(__name__).debug(
+        get_logger(__name__).debug(
             "exec_plugin.ran", command=self._command, expires_at=identity.expires_at
         )
         return identity

@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
-import structlog
 import trio
 
 from trio_ccm.kube.client import (
@@ -37,8 +36,9 @@ from trio_ccm.kube.client import (
 )
 from trio_ccm.kube.objects import EVENTS, Object, Resource
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
+from trio_ccm.logs import get_logger
 
-log = structlog.get_logger("trio_ccm.kube.events")
+log = get_logger("trio_ccm.kube.events")
 _T = TypeVar("_T")
 
 QUEUE_SIZE = 1000

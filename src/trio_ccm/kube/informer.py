@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Generic, NoReturn, TypeVar
 
 import msgspec
-import structlog
 import trio
 
 from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeError
 from trio_ccm.kube.objects import Object, Resource, WatchEvent
+from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox
 
 T = TypeVar("T", bound=Object)
-log = structlog.get_logger("trio_ccm.kube.informer")
+log = get_logger("trio_ccm.kube.informer")
 
 PAGE_SIZE = 500
 

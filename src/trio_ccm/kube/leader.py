@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, NoReturn, Protocol
 
 import msgspec
-import structlog
 import trio
 
 from trio_ccm.errors import CcmError, ConfigError
@@ -55,10 +54,11 @@ from trio_ccm.kube.events import EventRecorder, ObjectRef, utc_now
 from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_number
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import LEASE_NAME, LEASE_NAMESPACE, REASON_LEADER_ELECTION
+from trio_ccm.logs import get_logger
 from trio_ccm.metrics import LeaderMetrics
 from trio_ccm.observable import AsyncValue
 
-log = structlog.get_logger("trio_ccm.kube.leader")
+log = get_logger("trio_ccm.kube.leader")
 
 DEFAULT_LEASE_DURATION_S: Final = 15.0
 DEFAULT_RENEW_DEADLINE_S: Final = 10.0

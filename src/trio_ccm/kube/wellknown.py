@@ -47,6 +47,14 @@ CONTROLLER_ALIASES: Final = {
     "route": NODE_ROUTE_CONTROLLER,
     "nodeipam": NODE_IPAM_CONTROLLER,
 }
+BUILTIN_CONTROLLER_NAMES: Final = (
+    CLOUD_NODE_CONTROLLER,
+    CLOUD_NODE_LIFECYCLE_CONTROLLER,
+    SERVICE_LB_CONTROLLER,
+    NODE_ROUTE_CONTROLLER,
+    NODE_IPAM_CONTROLLER,
+)
+"""The built-in controllers' names, in the order they start (`actors.builtin`)."""
 
 # Event source components (as upstream writes them; note route_controller's underscore)
 COMPONENT_CLOUD_NODE: Final = "cloud-node-controller"

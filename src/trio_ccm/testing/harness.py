@@ -41,7 +41,6 @@ from trio_ccm.actors.controller import Controller
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.flags import parse_flags
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
-from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.factories import make_node
@@ -126,6 +125,7 @@ async def run_ccm(
     now: Callable[[], dt.datetime] | None = None,
 ) -> AsyncIterator[Serving]:
     """One replica against `api` for the block; see the module docstring."""
+    contributed: Sequence[type[Controller]] = getattr(provider, "controllers", ()) or ()
     settings = parse_flags(
         [
             "--secure-port=0",
@@ -133,7 +133,7 @@ async def run_ccm(
             f"--cloud-provider={provider.name}",
             *flags,
         ],
-        controller_aliases=CONTROLLER_ALIASES,
+        controllers=[*controllers, *contributed],
     )
     async with trio.open_nursery() as nursery:
         serving: Serving = await nursery.start(

@@ -110,14 +110,20 @@ async def test_a_wake_during_a_pass_asks_for_exactly_one_more(
 async def test_a_failed_pass_is_logged_once_and_the_schedule_goes_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """An exception from a pass is logged with its traceback; the next pass runs on time."""
-    one = Pass(fail_at=frozenset({1}))
+    """An exception from a pass is logged, with its traceback at the first failure of a
+    streak and as one line after it; the next pass runs on time."""
+    one = Pass(fail_at=frozenset({1, 2, 4}))
     with capture_logs() as logs, trio.fail_after(LIMIT_S):
-        await run_for(25.0, pass_fn=one, name="route", period_s=10.0)
-    assert one.starts == [0.0, 10.0, 20.0]
+        await run_for(45.0, pass_fn=one, name="route", period_s=10.0)
+    assert one.starts == [0.0, 10.0, 20.0, 30.0, 40.0]
     failed = [e for e in logs if e["event"] == "pass.failed"]
-    assert [(e["controller"], e["log_level"], e["exc_info"]) for e in failed] == [
-        ("route", "warning", True)
+    assert [
+        (e["controller"], e["log_level"], e["failures"], e["error"], type(e["exc_info"]))
+        for e in failed
+    ] == [
+        ("route", "warning", 1, "RuntimeError: pass 1 failed", RuntimeError),
+        ("route", "warning", 2, "RuntimeError: pass 2 failed", type(None)),
+        ("route", "warning", 1, "RuntimeError: pass 4 failed", RuntimeError),
     ]
 
 

@@ -1,0 +1,112 @@
+"""Everything an extra controller needs, under one public name (docs/embedding.md).
+
+- **The shape**: `Controller` (subclass it), `ControllerSetup` (what `__init__` gets, once
+  per `serve()`), `ControllerContext` (what `run` gets, once per term of leadership).
+- **Per-object work**: `ctx.keyed(handler, limiter=, backoff=)` returns `KeyedActors`, fed
+  by `async with ctx.nodes.subscription() as mailbox`; a handler receives a `Message`
+  (`Changed(obj)`, `Gone(last)`, or `Reverify(obj)` from the built-in controllers' own
+  resyncs) and retries with a `Backoff`. `serve_passes` (with a `Wake`) runs periodic
+  work and owns its failure boundary.
+- **The objects**: `Node` and `Service` (the cached, read-only Structs; `NODES` and
+  `SERVICES` name them for `ctx.kube`), `node_info`/`service_info` (the views a provider is
+  shown), `has_taint`/`taints_json` (for the taint patches), the `KubeClient` type of
+  `ctx.kube` and the errors a handler may meet (`KubeError`, `NotFoundError`,
+  `ConflictError`).
+- **The patch builders**: pure functions returning a `Patch` for `ctx.kube.patch(...)`:
+  labels, annotations, taints and finalizers (guarded: a concurrent change makes the write
+  fail instead of being lost), status conditions.
+- **Events**: `info(ctx, obj, reason=, message=)` and `warn(...)` record a Normal or
+  Warning Event about a Node or Service through the controller's recorder (its
+  `event_component` is the source), with client-go's spam filter and aggregation. They
+  never block: when the recorder's queue is full the Event is dropped, and counted.
+"""
+
+from __future__ import annotations
+
+from trio_ccm.actors.backoff import Backoff
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
+from trio_ccm.actors.passes import Wake, serve_passes
+from trio_ccm.actors.views import (
+    has_taint,
+    node_info,
+    node_ref,
+    service_info,
+    service_ref,
+    taints_json,
+)
+from trio_ccm.kube.client import ConflictError, KubeClient, KubeError, NotFoundError
+from trio_ccm.kube.events import NORMAL, WARNING
+from trio_ccm.kube.informer import Changed, Gone
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
+from trio_ccm.kube.patches import (
+    Patch,
+    add_finalizer,
+    add_taint,
+    remove_finalizer,
+    remove_taint,
+    set_annotations,
+    set_condition,
+    set_labels,
+)
+
+__all__ = [
+    "NODES",
+    "SERVICES",
+    "Backoff",
+    "Changed",
+    "ConflictError",
+    "Controller",
+    "ControllerContext",
+    "ControllerSetup",
+    "Gone",
+    "KeyedActors",
+    "KubeClient",
+    "KubeError",
+    "Message",
+    "Node",
+    "NotFoundError",
+    "Patch",
+    "Reverify",
+    "Service",
+    "Wake",
+    "add_finalizer",
+    "add_taint",
+    "has_taint",
+    "info",
+    "node_info",
+    "remove_finalizer",
+    "remove_taint",
+    "serve_passes",
+    "service_info",
+    "set_annotations",
+    "set_condition",
+    "set_labels",
+    "taints_json",
+    "warn",
+]
+
+
+def info(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
+    """Record a Normal Event about `obj` (reason in CamelCase, e.g. `ZoneLabelled`)."""
+    _event(ctx, obj, NORMAL, reason, message)
+
+
+def warn(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
+    """Record a Warning Event about `obj`; the message should name the problem and the fix."""
+    _event(ctx, obj, WARNING, reason, message)
+
+
+def _event(
+    ctx: ControllerContext, obj: Node | Service, type_: str, reason: str, message: str
+) -> None:
+    if isinstance(obj, Node):
+        ref = node_ref(obj)
+    elif isinstance(obj, Service):
+        ref = service_ref(obj)
+    else:
+        raise TypeError(
+            f"Events are recorded about a Node or a Service from the caches, not "
+            f"{type(obj).__name__}; pass message.obj (or message.last)"
+        )
+    ctx.events.event(ref, type_, reason, message)
