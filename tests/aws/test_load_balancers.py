@@ -19,7 +19,8 @@ from trio_ccm.cloud.provider import (
     ServicePort,
     ServiceRefused,
 )
-from trio_ccm.testing.aws import Instance, World, balancing
+from trio_ccm.errors import RetryAfter
+from trio_ccm.testing.aws import Fault, Instance, World, balancing
 
 NLB = {TYPE: "nlb"}
 UID = "11111111-2222-3333-4444-555555555555"
@@ -110,7 +111,7 @@ async def test_an_nlb_is_made_updated_by_difference_and_deleted(
     assert status.ingress[0].hostname == nlb["dns"]
     assert nlb["scheme"] == "internet-facing"
     assert [(p, proto) for p, proto, _, _ in nlb["listeners"]] == [(80, "TCP"), (443, "TCP")]
-    assert sorted(seen.target_groups) == sorted(l[2] for l in nlb["listeners"])
+    assert sorted(seen.target_groups) == sorted(entry[2] for entry in nlb["listeners"])
     for group in seen.target_groups.values():
         assert group["TargetGroupName"].startswith("k8s-default-web-")
         assert group["targets"] == sorted(i.id for i in instances[:3])
@@ -128,3 +129,75 @@ async def test_an_nlb_is_made_updated_by_difference_and_deleted(
         "elasticloadbalancing:RegisterTargets": 2,
     }
     assert gone.empty, gone
+
+
+async def test_a_group_still_in_use_is_retried_after_not_an_error(
+    world: World, provider: AwsProvider
+) -> None:
+    """DeleteSecurityGroup answering DependencyViolation (the ELB's interfaces detaching) is
+    a RetryAfter of 5 s; the next call finishes the deletion."""
+    instances = await world.add_instances(1)
+    lbs = lbs_of(provider)
+    world.server.faults.add(
+        Fault("error", "DeleteSecurityGroup", "ec2", 1, 400, "DependencyViolation")
+    )
+    with trio.fail_after(30):
+        await lbs.ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+        with pytest.raises(RetryAfter) as caught:
+            await lbs.ensure_load_balancer_deleted(CLUSTER_ID, service())
+        assert await lbs.get_load_balancer(CLUSTER_ID, service()) is not None  # the group
+        await lbs.ensure_load_balancer_deleted(CLUSTER_ID, service())
+        assert (await balancing(world)).empty
+    assert caught.value.delay_s == 5.0
+
+
+async def test_the_inventory_lists_what_this_cluster_made_for_services(
+    world: World, provider: AwsProvider
+) -> None:
+    """list_load_balancers returns the NLBs and Classic ELBs tagged for this cluster with
+    their Service and UID; a load balancer without the tags is not listed."""
+    lbs = lbs_of(provider)
+    assert isinstance(lbs, LoadBalancerInventory)
+    other = "99999999-2222-3333-4444-555555555555"
+    with trio.fail_after(30):
+        await lbs.ensure_load_balancer(CLUSTER_ID, service(), [])
+        await lbs.ensure_load_balancer(
+            CLUSTER_ID, service(name="api", uid=other, annotations=NLB), []
+        )
+        await trio.to_thread.run_sync(
+            lambda: world.client("elb").create_load_balancer(
+                LoadBalancerName="someone-elses",
+                Listeners=[{"Protocol": "tcp", "LoadBalancerPort": 80, "InstancePort": 30000}],
+                Subnets=[next(iter(world.subnet_ids.values()))],
+            )
+        )
+        listed = await lbs.list_load_balancers(CLUSTER_ID)
+    assert sorted((o.name, o.key, o.uid) for o in listed) == sorted(
+        [
+            (NAME, "default/web", UID),
+            (("a" + other.replace("-", ""))[:32], "default/api", other),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "raised"),
+    [
+        pytest.param({TYPE: "external"}, ImplementedElsewhere, id="external"),
+        pytest.param({TYPE: "nlb-ip"}, ImplementedElsewhere, id="nlb-ip"),
+        pytest.param(
+            {"service.beta.kubernetes.io/aws-load-balancer-eip-allocations": "eipalloc-1"},
+            ServiceRefused,
+            id="eip-allocations",
+        ),
+    ],
+)
+async def test_types_owned_elsewhere_and_refusals_make_nothing(
+    world: World, provider: AwsProvider, annotations: dict[str, str], raised: type[Exception]
+) -> None:
+    """external / nlb-ip belong to the AWS Load Balancer Controller; a refused Service makes
+    nothing either."""
+    lbs = lbs_of(provider)
+    with trio.fail_after(30), pytest.raises(raised):
+        await lbs.ensure_load_balancer(CLUSTER_ID, service(annotations=annotations), [])
+    assert (await balancing(world)).empty
