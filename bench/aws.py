@@ -418,7 +418,9 @@ async def run_services(moto: MotoServer, lbs: int, nodes: int, added: int) -> di
                 identity="bench",
             )
         )
-        while provisioned() < lbs:
+        while True:  # polled: the emulator's state, read in this thread
+            if provisioned() >= lbs:
+                break
             await trio.sleep(0.2)
         figures["create_s"] = round(time.perf_counter() - started, 2)
         await trio.sleep(2)  # the last ensures' tails
@@ -427,7 +429,9 @@ async def run_services(moto: MotoServer, lbs: int, nodes: int, added: int) -> di
         registered = registers()
         started = time.perf_counter()
         register(new)
-        while registers() - registered < lbs:
+        while True:  # polled: the client's own statistics
+            if registers() - registered >= lbs:
+                break
             await trio.sleep(0.05)
         figures["nodeset_s"] = round(time.perf_counter() - started, 2)
         await trio.sleep(2)  # nothing else is coming: count what did

@@ -34,7 +34,9 @@ POLL_S = 0.1
 async def until(check: Callable[[], Awaitable[bool]]) -> None:
     """Return once `check()` holds (moto and the emulator have no watch in common: look
     again every POLL_S; the caller bounds the wait)."""
-    while not await check():
+    while True:
+        if await check():
+            return
         await trio.sleep(POLL_S)
 
 
