@@ -98,7 +98,7 @@ async def test_the_documented_policy_is_enough_for_load_balancers(world: World) 
         async with open_provider(world, environ=environ_for(keys)) as provider:
             lbs = provider.load_balancers
             assert isinstance(lbs, LoadBalancerInventory)
-            assert lbs is not None and provider.load_balancers is not None
+            assert provider.load_balancers is not None
             with trio.fail_after(30):
                 await provider.initialize()
                 for service in services:
