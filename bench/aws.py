@@ -463,10 +463,12 @@ def _holding(world: World, new: set[str]) -> int:
     """How many target groups and Classic ELBs hold every new instance (read in moto)."""
     v2, elb = world.client("elbv2"), world.client("elb")
     count = 0
-    for group in v2.describe_target_groups()["TargetGroups"]:
+    groups = v2.get_paginator("describe_target_groups").paginate()
+    for group in (g for page in groups for g in page["TargetGroups"]):
         health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
         count += new <= {h["Target"]["Id"] for h in health["TargetHealthDescriptions"]}
-    for lb in elb.describe_load_balancers()["LoadBalancerDescriptions"]:
+    clbs = elb.get_paginator("describe_load_balancers").paginate()
+    for lb in (d for page in clbs for d in page["LoadBalancerDescriptions"]):
         count += new <= {i["InstanceId"] for i in lb["Instances"]}
     return count
 
