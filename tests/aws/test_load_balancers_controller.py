@@ -204,10 +204,12 @@ async def test_an_internal_tls_nlb_with_local_policy_and_source_ranges(cluster: 
     assert {r[1] for r in rules if r[4] == health} == {32000}
 
 
-REFUSALS = [
-    pytest.param({"loadBalancerIP": "203.0.113.7"}, "spec.loadBalancerIP", id="load-balancer-ip"),
-    pytest.param({"sessionAffinity": "ClientIP"}, "spec.sessionAffinity", id="session-affinity"),
-    pytest.param(
+REFUSALS: list[tuple[str, dict[str, Any], str]] = [
+    # (what, the Service's tweaks, words its Warning must hold)
+    ("load-balancer-ip", {"loadBalancerIP": "203.0.113.7"}, "spec.loadBalancerIP"),
+    ("session-affinity", {"sessionAffinity": "ClientIP"}, "spec.sessionAffinity"),
+    (
+        "mixed-protocols",
         {
             "ports": [
                 {"name": "a", "port": 53, "protocol": "UDP", "nodePort": 30153},
@@ -216,18 +218,17 @@ REFUSALS = [
             "annotations": {TYPE: "nlb"},
         },
         "mixes protocols",
-        id="mixed-protocols",
     ),
-    pytest.param(
+    (
+        "udp-on-classic",
         {"ports": [{"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 30053}]},
         "TCP only",
-        id="udp-on-classic",
     ),
-    pytest.param({"annotations": {HC_INTERVAL: "often"}}, HC_INTERVAL, id="bad-annotation"),
-    pytest.param(
+    ("bad-annotation", {"annotations": {HC_INTERVAL: "often"}}, HC_INTERVAL),
+    (
+        "not-yet",
         {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-proxy-protocol": "*"}},
         "proxy-protocol",
-        id="not-yet",
     ),
 ]
 
@@ -241,11 +242,9 @@ async def test_refusals_are_one_warning_naming_the_field(cluster: Cluster) -> No
     expected = {}
     with trio.fail_after(40):
         async with running(cluster, controllers=CONTROLLERS):
-            for n, param in enumerate(REFUSALS):
-                tweaks, words = param.values
-                name = f"bad-{n}"
-                create(cluster, name, node_port=30100 + n, **dict(tweaks))  # type: ignore[arg-type]
-                expected[name] = words
+            for n, (what, tweaks, words) in enumerate(REFUSALS):
+                create(cluster, what, node_port=30100 + n, **tweaks)
+                expected[what] = words
             create(cluster, "elsewhere", node_port=30099, annotations={TYPE: "external"})
 
             async def warned() -> bool:
