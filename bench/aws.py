@@ -1,6 +1,8 @@
-"""AWS node waves: N EC2 instances in moto, N Nodes registered at once, initialised by trio-ccm.
+"""AWS node waves: N EC2 instances in moto, N Nodes registered at once, initialised by trio-ccm;
+and (`--services`) a node-set change pushed to L load balancers.
 
     python bench/aws.py [--nodes N ...] [--quick]
+    python bench/aws.py --services [--quick]
 
 For each N (default 1,000 and 5,000; `--quick`: 100): moto (in-process, loopback, the test
 world's fidelity patches) holds a cluster-tagged VPC with a subnet per zone and N
@@ -34,6 +36,23 @@ ID (InstanceMetadata → getInstanceByID, through the 500-ID batcher, which only
 the lookups in flight: one at a time with upstream's default `--concurrent-node-syncs=1`,
 ten with kops' 10); the periodic sync costs one by-ID lookup per Node, coalesced the same
 way (`--concurrent-node-status-updates` defaults to the node-syncs value).
+
+`--services` (default 200 Services, half NLB, half Classic ELB, one TCP port each, over 500
+initialised Nodes; `--quick`: 10 over 50): a replica with the service controller
+(`--cloud-api-rate=load_balancers=50:100`: a node-set change costs one AWS call per load
+balancer, so the default 5/s would only measure the budget; `DisableSecurityGroupIngress`:
+one Nodes' security group cannot hold rules for 200 load balancers, AWS's default quota
+being 60 inbound rules) makes every load balancer
+(`create_s`), then 50 Nodes (`--quick`: 5) are added on new instances. `nodeset_s` is the
+wall time from the new Nodes' creation until every target group and Classic ELB holds
+them (the register calls counted by the provider's client, then checked in moto);
+`elb_calls` the ELB and ELBv2 calls by action meanwhile; `upstream_model_elb_calls` what
+cloud-provider-aws's UpdateLoadBalancer implies for the same change (read at 63ec440c):
+per NLB with one TCP port, DescribeLoadBalancers 4 (UpdateLoadBalancer's,
+EnsureLoadBalancer's, ensureLoadBalancerv2's, and the re-describe after the listeners),
+DescribeListeners, DescribeTargetGroups, DescribeTargetHealth and
+DescribeLoadBalancerAttributes 1 each, RegisterTargets one per 100 added; per Classic ELB,
+DescribeLoadBalancers 1 and one RegisterInstancesWithLoadBalancer (unchunked).
 
 Prints a table, then one JSON object as the last line. Benchmarks never assert on time.
 """
@@ -314,11 +333,185 @@ async def main_async(sizes: Sequence[int], measure_parse: bool) -> dict[str, Any
     return figures
 
 
+SERVICE_FLAGS = (
+    "--cloud-provider=aws",
+    "--leader-elect=false",
+    "--secure-port=0",
+    "--controllers=service-lb-controller",
+    "--cloud-api-rate=load_balancers=50:100",
+    "--kube-api-qps=200",
+    "--kube-api-burst=400",
+    "--load-balancer-sweep-period=0s",
+)
+
+
+def upstream_services_model(lbs: int, added: int) -> dict[str, int]:
+    nlbs, clbs = lbs - lbs // 2, lbs // 2
+    register = math.ceil(added / 100)
+    return {
+        "elbv2:DescribeLoadBalancers": 4 * nlbs,
+        "elbv2:DescribeListeners": nlbs,
+        "elbv2:DescribeTargetGroups": nlbs,
+        "elbv2:DescribeTargetHealth": nlbs,
+        "elbv2:DescribeLoadBalancerAttributes": nlbs,
+        "elbv2:RegisterTargets": register * nlbs,
+        "elb:DescribeLoadBalancers": clbs,
+        "elb:RegisterInstancesWithLoadBalancer": clbs,
+    }
+
+
+async def run_services(moto: MotoServer, lbs: int, nodes: int, added: int) -> dict[str, Any]:
+    """The `--services` figures (see the module docstring)."""
+    await moto.areset()
+    world = await World.create(moto, cluster_id="bench")
+    instances = await world.add_instances(nodes)
+    api = ApiServer(seed=1)
+
+    def register(batch: Sequence[Any]) -> None:
+        for instance in batch:
+            manifest = World.node_manifest(instance, provider_id=True)
+            manifest["spec"]["taints"] = []
+            api.create(manifest)
+
+    register(instances)
+    names = []
+    for n in range(lbs):
+        annotations = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"} if n % 2 else {}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"svc-{n}", "namespace": "default", "annotations": annotations},
+            "spec": {
+                "type": "LoadBalancer",
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30000 + n}],
+            },
+        }
+        names.append(api.create(body)["metadata"]["name"])
+    # One Nodes' security group cannot hold rules for 200 load balancers (AWS's quota is 60
+    # inbound rules per group; moto enforces it): such clusters turn the rules off.
+    provider = AwsProvider(
+        parse_cloud_config(world.cloud_config(DisableSecurityGroupIngress="true")),
+        environ=world.environ(),
+    )
+    client = provider.context.client
+    figures: dict[str, Any] = {"lbs": lbs, "nodes": nodes, "added_nodes": added}
+    settings = parse_flags(list(SERVICE_FLAGS), controller_aliases=CONTROLLER_ALIASES)
+
+    def provisioned() -> int:
+        count = 0
+        for name in names:
+            svc = api.get("v1", "Service", name, namespace="default")
+            count += bool(svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
+        return count
+
+    def registers() -> int:
+        calls = client.statistics().calls
+        return calls.get("elbv2:RegisterTargets", 0) + calls.get(
+            "elb:RegisterInstancesWithLoadBalancer", 0
+        )
+
+    async with trio.open_nursery() as nursery:
+        started = time.perf_counter()
+        await nursery.start(
+            partial(
+                serve,
+                settings,
+                provider,
+                connection=ConnectionConfig(
+                    server="http://emulator", credentials=StaticCredentials(), source="bench"
+                ),
+                transport=api.transport(),
+                registry=prometheus_client.CollectorRegistry(),
+                identity="bench",
+            )
+        )
+        while True:  # polled: the emulator's state, read in this thread
+            if provisioned() >= lbs:
+                break
+            await trio.sleep(0.2)
+        figures["create_s"] = round(time.perf_counter() - started, 2)
+        await trio.sleep(2)  # the last ensures' tails
+        new = await world.add_instances(added)
+        before = dict(client.statistics().calls)
+        registered = registers()
+        started = time.perf_counter()
+        register(new)
+        while True:  # polled: the client's own statistics
+            if registers() - registered >= lbs:
+                break
+            await trio.sleep(0.05)
+        figures["nodeset_s"] = round(time.perf_counter() - started, 2)
+        await trio.sleep(2)  # nothing else is coming: count what did
+        after = client.statistics().calls
+        nursery.cancel_scope.cancel()
+    await provider.aclose()
+    figures["elb_calls"] = {
+        key: after.get(key, 0) - before.get(key, 0)
+        for key in sorted(after)
+        if key.startswith("elb") and after.get(key, 0) != before.get(key, 0)
+    }
+    figures["elb_calls_total"] = sum(figures["elb_calls"].values())
+    model = upstream_services_model(lbs, added)
+    figures["upstream_model_elb_calls"] = model
+    figures["upstream_model_elb_calls_total"] = sum(model.values())
+    balanced = await trio.to_thread.run_sync(_holding, world, {i.id for i in new})
+    figures["lbs_holding_new_nodes"] = balanced
+    return figures
+
+
+def _holding(world: World, new: set[str]) -> int:
+    """How many target groups and Classic ELBs hold every new instance (read in moto)."""
+    v2, elb = world.client("elbv2"), world.client("elb")
+    count = 0
+    groups = v2.get_paginator("describe_target_groups").paginate()
+    for group in (g for page in groups for g in page["TargetGroups"]):
+        health = v2.describe_target_health(TargetGroupArn=group["TargetGroupArn"])
+        count += new <= {h["Target"]["Id"] for h in health["TargetHealthDescriptions"]}
+    clbs = elb.get_paginator("describe_load_balancers").paginate()
+    for lb in (d for page in clbs for d in page["LoadBalancerDescriptions"]):
+        count += new <= {i["InstanceId"] for i in lb["Instances"]}
+    return count
+
+
+async def main_services(lbs: int, nodes: int, added: int) -> dict[str, Any]:
+    moto = MotoServer()
+    await trio.to_thread.run_sync(moto.start)
+    try:
+        return await run_services(moto, lbs, nodes, added)
+    finally:
+        await trio.to_thread.run_sync(moto.stop)
+
+
+def services_main(quick: bool) -> None:
+    lbs, nodes, added = (10, 50, 5) if quick else (200, 500, 50)
+    print(
+        f"aws load balancers: {lbs} Services (half NLB, half Classic ELB) over {nodes} Nodes, "
+        f"{added} Nodes added; flags {' '.join(SERVICE_FLAGS[3:])}"
+    )
+    print(f"Python {platform.python_version()}, {platform.machine()}\n")
+    figures = trio.run(main_services, lbs, nodes, added)
+    print(
+        f"create_s {figures['create_s']}, nodeset_s {figures['nodeset_s']}, ELB calls "
+        f"{figures['elb_calls_total']} (upstream model "
+        f"{figures['upstream_model_elb_calls_total']}), holding the new Nodes "
+        f"{figures['lbs_holding_new_nodes']} of {lbs}"
+    )
+    print(f"ELB calls by action: {figures['elb_calls']}")
+    print(json.dumps(figures))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help="wave sizes (repeatable)")
     parser.add_argument("--quick", action="store_true", help="one wave of 100 (smoke check)")
+    parser.add_argument(
+        "--services", action="store_true", help="a node-set change over load balancers"
+    )
     args = parser.parse_args(argv)
+    if args.services:
+        quiet_logging()
+        services_main(args.quick)
+        return
     sizes = args.nodes or ([100] if args.quick else [1000, 5000])
     quiet_logging()
     print(

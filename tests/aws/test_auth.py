@@ -78,3 +78,35 @@ def test_the_docs_list_every_action_of_the_policy() -> None:
     text = DOCS.read_text()
     for action in IAM_ACTIONS:
         assert f'"{action}"' in text, action
+
+
+async def test_the_documented_policy_is_enough_for_load_balancers(world: World) -> None:
+    """With only IAM_ACTIONS allowed and signatures checked, a Classic ELB and an NLB are
+    made, their targets changed, listed for the sweep and deleted."""
+    from trio_ccm.cloud.provider import LoadBalancerInventory, ServiceInfo, ServicePort
+
+    instances = await world.add_instances(2)
+    targets = [NodeInfo(i.private_dns_name, provider_id=i.provider_id) for i in instances]
+    services = [
+        ServiceInfo("default", "classic", "11111111-0000-0000-0000-000000000001",
+                    ports=(ServicePort("http", "TCP", 80, 30080),)),
+        ServiceInfo("default", "network", "11111111-0000-0000-0000-000000000002",
+                    annotations={"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
+                    ports=(ServicePort("http", "TCP", 80, 30081),)),
+    ]  # fmt: skip
+    with world.server.auth_mode(IAM_ACTIONS) as keys:
+        async with open_provider(world, environ=environ_for(keys)) as provider:
+            lbs = provider.load_balancers
+            assert isinstance(lbs, LoadBalancerInventory)
+            assert provider.load_balancers is not None
+            with trio.fail_after(30):
+                await provider.initialize()
+                for service in services:
+                    await provider.load_balancers.ensure_load_balancer(
+                        CLUSTER_ID, service, targets[:1]
+                    )
+                    await provider.load_balancers.update_load_balancer(CLUSTER_ID, service, targets)
+                listed = await lbs.list_load_balancers(CLUSTER_ID)
+                for service in services:
+                    await provider.load_balancers.ensure_load_balancer_deleted(CLUSTER_ID, service)
+    assert len(listed) == 2

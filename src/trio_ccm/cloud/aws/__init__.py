@@ -1,4 +1,5 @@
-"""The `aws` cloud provider: EC2 instances and VPC routes, over a small AWS client of its own.
+"""The `aws` cloud provider: EC2 instances, Service load balancers (Classic ELB, NLB) and VPC
+routes, over a small AWS client of its own.
 
 Select it with `--cloud-provider=aws --cloud-config=FILE`, FILE in cloud-provider-aws's
 format (`config.py`; an existing file works unchanged). Credentials come from the AWS SDKs'
@@ -9,9 +10,10 @@ and httpx for the I/O, so every call is cancellable under Trio. docs/aws.md has 
 
 Layout: `client.py` (+ `codec.py`, `errors.py`) is the AWS client for every service the
 provider speaks (EC2, ELB, ELBv2, STS); `ec2.py` shapes the EC2 calls; `instances.py`,
-`routes.py` implement the capabilities over `context.py` (what they share) and `lookup.py`
-(bulk lookups). The load balancers (issue 13) add `elb.py`, `elbv2.py` and
-`security_groups.py` beside them, on the same client.
+`routes.py` and `loadbalancers.py` implement the capabilities over `context.py` (what they
+share) and `lookup.py` (bulk lookups); the load balancers read the Service in
+`annotations.py` (a pure plan) and carry it out in `elb.py` (Classic ELB), `elbv2.py` (NLB)
+and `network.py` (subnets, security groups).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from trio_ccm.cloud.aws.instances import (
     instance_id_from_provider_id,
     provider_id,
 )
+from trio_ccm.cloud.aws.loadbalancers import AwsLoadBalancers
 from trio_ccm.cloud.aws.policy import IAM_ACTIONS
 from trio_ccm.cloud.aws.provider import AwsProvider
 from trio_ccm.cloud.aws.routes import AwsRoutes, RouteTableError
@@ -39,6 +42,7 @@ __all__ = [
     "AwsCredentialsError",
     "AwsError",
     "AwsInstances",
+    "AwsLoadBalancers",
     "AwsProvider",
     "AwsRoutes",
     "AwsServerError",

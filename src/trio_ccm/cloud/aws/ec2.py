@@ -105,12 +105,14 @@ class Ec2Instance:
     subnet_id: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
     network_interfaces: tuple[NetworkInterface, ...] = ()
+    security_groups: tuple[str, ...] = ()
 
     @classmethod
     def from_parsed(cls, item: Mapping[str, object]) -> Ec2Instance:
         state = item.get("State")
         placement = item.get("Placement")
         enis = item.get("NetworkInterfaces")
+        groups = item.get("SecurityGroups")
         return cls(
             id=str(item.get("InstanceId") or ""),
             state=str(state.get("Name") or "") if isinstance(state, Mapping) else "",
@@ -129,6 +131,11 @@ class Ec2Instance:
                 _eni(eni)
                 for eni in (enis if isinstance(enis, list) else ())
                 if isinstance(eni, Mapping)
+            ),
+            security_groups=tuple(
+                str(g["GroupId"])
+                for g in (groups if isinstance(groups, list) else ())
+                if isinstance(g, Mapping) and g.get("GroupId")
             ),
         )
 

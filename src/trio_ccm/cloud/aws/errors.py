@@ -78,6 +78,9 @@ _FIXES: Final = {
     "ExpiredTokenException": "the session token expired and could not be refreshed; "
     + _CREDENTIALS_FIX,
     "RequestExpired": "the request's signature is too old: check the host's clock (NTP)",
+    "RulesPerSecurityGroupLimitExceeded": "the security group holds as many rules as AWS's "
+    "quota allows (every load balancer adds rules to the Nodes' group): raise the quota, or "
+    "set DisableSecurityGroupIngress in the cloud-config and open the node ports yourself",
     "OptInRequired": "the account is not subscribed to this service in this region",
     "InvalidIdentityToken": "STS refused the web identity token: check the IAM OIDC provider "
     "of the cluster and the role's trust policy (IRSA, docs/aws.md#irsa)",

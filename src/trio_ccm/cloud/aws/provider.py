@@ -1,4 +1,4 @@
-"""AwsProvider: the `aws` cloud provider (instances and routes; load balancers: issue 13)."""
+"""AwsProvider: the `aws` cloud provider (instances, load balancers, routes)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from trio_ccm.cloud.aws.context import AwsContext
 from trio_ccm.cloud.aws.credentials import utc_now
 from trio_ccm.cloud.aws.errors import AwsServerError, AwsThrottledError
 from trio_ccm.cloud.aws.instances import AwsInstances
+from trio_ccm.cloud.aws.loadbalancers import AwsLoadBalancers
 from trio_ccm.cloud.aws.routes import AwsRoutes
 from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
 
@@ -28,7 +29,8 @@ _INIT_RETRY_CAP_S: Final = 30.0
 
 
 class AwsProvider:
-    """The `aws` provider: EC2 instances (with bulk lookups) and VPC routes.
+    """The `aws` provider: EC2 instances (with bulk lookups), Service load balancers (Classic
+    ELB and NLB, with the leak sweep's inventory) and VPC routes.
 
     `environ` replaces the process environment (credentials, region, metadata endpoint);
     `transport` the network (tests); `now` the wall clock credential expiry is read with.
@@ -53,7 +55,7 @@ class AwsProvider:
         )
         # Typed as the protocol declares them: its attributes are settable, hence invariant.
         self.instances: Instances | None = AwsInstances(self.context)
-        self.load_balancers: LoadBalancers | None = None  # issue 13
+        self.load_balancers: LoadBalancers | None = AwsLoadBalancers(self.context)
         self.routes: Routes | None = AwsRoutes(self.context)
 
     async def initialize(self) -> None:

@@ -21,8 +21,11 @@ __all__ = [
     "CLUSTER_TAG_PREFIX",
     "LEGACY_CLUSTER_TAG",
     "OWNED",
+    "SERVICE_NAME_TAG",
+    "SERVICE_UID_TAG",
     "SHARED",
     "ClusterTagging",
+    "service_tags",
     "tags_of",
 ]
 
@@ -100,4 +103,24 @@ def tags_of(items: object) -> dict[str, str]:
         for item in items:
             if isinstance(item, Mapping) and "Key" in item:
                 tags[str(item["Key"])] = str(item.get("Value") or "")
+    return tags
+
+
+SERVICE_NAME_TAG: Final = "kubernetes.io/service-name"
+"""Upstream's tag on everything made for a Service: `<namespace>/<name>`."""
+SERVICE_UID_TAG: Final = "trio-ccm.dev/service-uid"
+"""Ours, beside it: the Service's UID, so a leak sweep tells a recreated Service's load
+balancer from the live one's without trusting the name alone."""
+
+
+def service_tags(
+    tagging: ClusterTagging, service: str, uid: str, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The tags of a resource made for a Service: the user's extra tags, then the Service's
+    and the cluster's (which the extra tags cannot override)."""
+    tags = dict(extra or {})
+    tags[SERVICE_NAME_TAG] = service
+    if uid:
+        tags[SERVICE_UID_TAG] = uid
+    tags.update(tagging.owned_tags())
     return tags

@@ -32,13 +32,22 @@ from trio_ccm.testing.aws.faults import HARNESS_AGENT, Fault, Faults
 from trio_ccm.testing.aws.fleet import MotoFleet
 from trio_ccm.testing.aws.patches import PATCHES, apply_patches
 from trio_ccm.testing.aws.server import TEST_CREDENTIALS, MotoServer, StaticKeys, open_moto
-from trio_ccm.testing.aws.world import UNINITIALIZED_TAINT, Instance, World, ready_condition
+from trio_ccm.testing.aws.world import (
+    UNINITIALIZED_TAINT,
+    Balancing,
+    Instance,
+    World,
+    balancing,
+    certificate,
+    ready_condition,
+)
 
 __all__ = [
     "HARNESS_AGENT",
     "PATCHES",
     "TEST_CREDENTIALS",
     "UNINITIALIZED_TAINT",
+    "Balancing",
     "Fault",
     "Faults",
     "Instance",
@@ -47,6 +56,8 @@ __all__ = [
     "StaticKeys",
     "World",
     "apply_patches",
+    "balancing",
+    "certificate",
     "open_moto",
     "ready_condition",
 ]

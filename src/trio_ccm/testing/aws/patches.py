@@ -13,6 +13,13 @@ runtime), once, by `apply_patches()`; each is listed in docs/aws.md ("moto patch
 4. **`InvalidInstanceID.NotFound` names every unknown ID**, as AWS does ("The instance
    IDs 'i-1, i-2' do not exist"); moto names only the first.
 
+6. **DescribeTargetGroups by LoadBalancerArn** answers the groups the load balancer's
+   listeners forward to now, and an empty list when there are none. moto records the
+   association when a listener is created and never updates it (ModifyListener,
+   DeleteListener), and fails with `TargetGroupNotFound` on none.
+7. **ModifyListener takes TLS, UDP and TCP_UDP** (with the TLS certificate and policy), as
+   AWS does for NLB listeners; moto refuses every protocol but HTTP, HTTPS and TCP.
+
 And one for speed, answers unchanged:
 
 5. **A resource's tags are read from its own entry.** moto finds an EC2 resource's tags by
@@ -36,6 +43,8 @@ PATCHES: Final = (
     "DescribeInstances with InstanceIds returns every instance in one page",
     "InvalidInstanceID.NotFound names every unknown instance ID",
     "a resource's tags are read from its own entry, not by scanning every tag (speed)",
+    "DescribeTargetGroups(LoadBalancerArn) answers the groups its listeners use, [] for none",
+    "ModifyListener takes TLS, UDP and TCP_UDP (with TLS certificates)",
 )
 _MARK: Final = "_trio_ccm_patched"
 _PAGE_DEFAULT: Final = 1000
@@ -46,9 +55,52 @@ def apply_patches() -> None:
     from moto.ec2.models.core import TaggedEC2Resource
     from moto.ec2.models.route_tables import Route
     from moto.ec2.responses.instances import InstanceResponse
+    from moto.elbv2.models import ELBv2Backend
 
     if getattr(Route, _MARK, False):
         return
+    original_describe = ELBv2Backend.describe_target_groups
+    original_modify = ELBv2Backend.modify_listener
+
+    def describe_target_groups(
+        self: Any, load_balancer_arn: Any, target_group_arns: Any, names: Any
+    ) -> Any:
+        if not load_balancer_arn or target_group_arns or names:
+            return original_describe(self, load_balancer_arn, target_group_arns, names)
+        from moto.elbv2.exceptions import LoadBalancerNotFoundError
+
+        balancer = self.load_balancers.get(load_balancer_arn)
+        if balancer is None:
+            raise LoadBalancerNotFoundError()
+        used = {
+            action.data.get("TargetGroupArn")
+            for listener in balancer.listeners.values()
+            for action in listener.default_actions
+        }
+        return sorted(
+            (tg for arn, tg in self.target_groups.items() if arn in used), key=lambda t: t.name
+        )
+
+    def modify_listener(
+        self: Any,
+        arn: str,
+        port: Any = None,
+        protocol: Any = None,
+        ssl_policy: Any = None,
+        certificates: Any = None,
+        actions: Any = None,
+    ) -> Any:
+        if protocol not in ("TLS", "UDP", "TCP_UDP"):
+            return original_modify(self, arn, port, protocol, ssl_policy, certificates, actions)
+        listener = original_modify(self, arn, port, None, ssl_policy, certificates, actions)
+        listener.protocol = protocol
+        if protocol == "TLS" and certificates:
+            listener.certificate = certificates[0]["CertificateArn"]
+            listener.certificates = [c["CertificateArn"] for c in certificates]
+        return listener
+
+    setattr(ELBv2Backend, "describe_target_groups", describe_target_groups)  # noqa: B010
+    setattr(ELBv2Backend, "modify_listener", modify_listener)  # noqa: B010
     setattr(Route, "state", property(_route_state))  # noqa: B010 - a property on moto's class
     setattr(InstanceResponse, "describe_instances", _describe_instances)  # noqa: B010
     setattr(TaggedEC2Resource, "get_tags", _get_tags)  # noqa: B010

@@ -11,9 +11,12 @@ async with open_moto() as moto:
 ```
 
 Everything the cluster owns carries `kubernetes.io/cluster/<id>=owned` (or the legacy
-`KubernetesCluster=<id>` with `legacy_tag=True`). Instances are named by private DNS name
-(`ip-10-0-…​.ec2.internal` in us-east-1), as EC2 names them by default, and have a
-`Name` tag with the same value. Set-up calls go through boto3 in worker threads, marked so
+`KubernetesCluster=<id>` with `legacy_tag=True`). The VPC's main route table routes to an
+internet gateway (so the subnets are public, where internet-facing load balancers go), and
+instances are launched in the cluster-tagged Nodes' security group (`node_group_id`).
+Instances are named by private DNS name (`ip-10-0-….ec2.internal` in us-east-1),
+as EC2 names them by default, and have a `Name` tag with the same value. Set-up calls go
+through boto3 in worker threads, marked so
 the fault middleware neither faults nor counts them.
 """
 
@@ -28,7 +31,15 @@ import trio
 
 from trio_ccm.testing.aws.server import TEST_CREDENTIALS, MotoServer
 
-__all__ = ["UNINITIALIZED_TAINT", "Instance", "World", "ready_condition"]
+__all__ = [
+    "UNINITIALIZED_TAINT",
+    "Balancing",
+    "Instance",
+    "World",
+    "balancing",
+    "certificate",
+    "ready_condition",
+]
 
 UNINITIALIZED_TAINT: Final = {
     "key": "node.cloudprovider.kubernetes.io/uninitialized",
@@ -79,6 +90,7 @@ class World:
     vpc_id: str = ""
     subnet_ids: dict[str, str] = field(default_factory=dict)
     route_table_id: str = ""
+    node_group_id: str = ""
     image_id: str = ""
     instances: dict[str, Instance] = field(default_factory=dict)
     _next_zone: itertools.cycle[str] | None = None
@@ -130,6 +142,21 @@ class World:
                 AvailabilityZone=zone,
                 TagSpecifications=self.tag_specifications("subnet"),
             )["Subnet"]["SubnetId"]
+        gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=self.vpc_id)
+        main = ec2.describe_route_tables(
+            Filters=[
+                {"Name": "vpc-id", "Values": [self.vpc_id]},
+                {"Name": "association.main", "Values": ["true"]},
+            ]
+        )["RouteTables"][0]["RouteTableId"]
+        ec2.create_route(RouteTableId=main, DestinationCidrBlock="0.0.0.0/0", GatewayId=gateway)
+        self.node_group_id = ec2.create_security_group(
+            GroupName=f"nodes.{self.cluster_id}",
+            Description="the cluster's Nodes",
+            VpcId=self.vpc_id,
+            TagSpecifications=self.tag_specifications("security-group"),
+        )["GroupId"]
         if route_table:
             self.route_table_id = ec2.create_route_table(
                 VpcId=self.vpc_id, TagSpecifications=self.tag_specifications("route-table")
@@ -194,6 +221,7 @@ class World:
                     MaxCount=batch,
                     InstanceType=instance_type,
                     SubnetId=self.subnet_ids[chosen],
+                    SecurityGroupIds=[self.node_group_id],
                     TagSpecifications=spec,
                 )
                 for item in answer["Instances"]:
@@ -266,10 +294,11 @@ class World:
 
     # -- what the CCM and the kubelets are given -------------------------------------
     def cloud_config(self, **global_keys: str) -> bytes:
-        """The cloud-config for trio-ccm (or the Go CCM): [Global] region and cluster ID,
-        and every service's endpoint overridden to moto. `global_keys` adds [Global] keys."""
+        """The cloud-config for trio-ccm (or the Go CCM): [Global] region, cluster ID and
+        VPC, and every service's endpoint overridden to moto. `global_keys` adds [Global] keys."""
         key = "KubernetesClusterTag" if self.legacy_tag else "KubernetesClusterID"
         lines = ["[Global]", f"Region = {self.region}", f"{key} = {self.cluster_id}"]
+        lines.append(f"VPC = {self.vpc_id}")  # not on EC2: the metadata service cannot tell
         lines += [f"{name} = {value}" for name, value in global_keys.items()]
         for index, service in enumerate(("ec2", "elasticloadbalancing", "sts"), start=1):
             lines += [
@@ -329,3 +358,120 @@ class World:
                 "addresses": [{"type": "Hostname", "address": node_name}],
             },
         }
+
+
+@dataclass(frozen=True)
+class Balancing:
+    """What moto holds of load balancers and security groups (boto3's dicts, trimmed)."""
+
+    nlbs: dict[str, dict[str, Any]]
+    clbs: dict[str, dict[str, Any]]
+    target_groups: dict[str, dict[str, Any]]
+    security_groups: dict[str, dict[str, Any]]
+
+    @property
+    def empty(self) -> bool:
+        """No load balancer, target group, or security group made for a Service is left
+        (the world's own Nodes' group stays; rules made for load balancers do not)."""
+        return not (self.nlbs or self.clbs or self.target_groups) and all(
+            not g["ingress"] for g in self.security_groups.values()
+        )
+
+
+def _rules(permissions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    rules = []
+    for perm in permissions:
+        ports = (perm.get("FromPort", -1), perm.get("ToPort", -1))
+        for r in perm.get("IpRanges", []):
+            rules.append((perm["IpProtocol"], *ports, r["CidrIp"], r.get("Description", "")))
+        for p in perm.get("UserIdGroupPairs", []):
+            rules.append((perm["IpProtocol"], *ports, p["GroupId"], p.get("Description", "")))
+    return sorted(rules)
+
+
+def _read_balancing(world: World) -> Balancing:
+    v2, elb, ec2 = world.client("elbv2"), world.client("elb"), world.client("ec2")
+    nlbs: dict[str, dict[str, Any]] = {}
+    for lb in v2.describe_load_balancers()["LoadBalancers"]:
+        arn = lb["LoadBalancerArn"]
+        listeners = v2.describe_listeners(LoadBalancerArn=arn)["Listeners"]
+        attributes = v2.describe_load_balancer_attributes(LoadBalancerArn=arn)["Attributes"]
+        tags = v2.describe_tags(ResourceArns=[arn])["TagDescriptions"][0]["Tags"]
+        nlbs[lb["LoadBalancerName"]] = {
+            "arn": arn,
+            "dns": lb["DNSName"],
+            "scheme": lb["Scheme"],
+            "subnets": sorted(z["SubnetId"] for z in lb["AvailabilityZones"]),
+            "listeners": sorted(
+                (
+                    listener["Port"],
+                    listener["Protocol"],
+                    listener["DefaultActions"][0]["TargetGroupArn"].split("/")[1],
+                    (listener.get("Certificates") or [{}])[0].get("CertificateArn", ""),
+                )
+                for listener in listeners
+            ),
+            "attributes": {a["Key"]: a["Value"] for a in attributes},
+            "tags": {t["Key"]: t["Value"] for t in tags},
+        }
+    groups: dict[str, dict[str, Any]] = {}
+    for tg in v2.describe_target_groups()["TargetGroups"]:
+        arn = tg["TargetGroupArn"]
+        health = v2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]
+        tags = v2.describe_tags(ResourceArns=[arn])["TagDescriptions"][0]["Tags"]
+        groups[tg["TargetGroupName"]] = {
+            **{k: v for k, v in tg.items() if k != "LoadBalancerArns"},
+            "targets": sorted(h["Target"]["Id"] for h in health),
+            "tags": {t["Key"]: t["Value"] for t in tags},
+        }
+    clbs: dict[str, dict[str, Any]] = {}
+    for lb in elb.describe_load_balancers()["LoadBalancerDescriptions"]:
+        name = lb["LoadBalancerName"]
+        tags = elb.describe_tags(LoadBalancerNames=[name])["TagDescriptions"][0]["Tags"]
+        clbs[name] = {
+            "dns": lb["DNSName"],
+            "scheme": lb["Scheme"],
+            "listeners": sorted(
+                (
+                    d["Listener"]["Protocol"],
+                    d["Listener"]["LoadBalancerPort"],
+                    d["Listener"]["InstanceProtocol"],
+                    d["Listener"]["InstancePort"],
+                )
+                for d in lb["ListenerDescriptions"]
+            ),
+            "instances": sorted(i["InstanceId"] for i in lb["Instances"]),
+            "security_groups": lb["SecurityGroups"],
+            "health_check": lb.get("HealthCheck"),
+            "attributes": elb.describe_load_balancer_attributes(LoadBalancerName=name)[
+                "LoadBalancerAttributes"
+            ],
+            "tags": {t["Key"]: t["Value"] for t in tags},
+        }
+    security: dict[str, dict[str, Any]] = {}
+    for group in ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [world.vpc_id]}]
+    )["SecurityGroups"]:
+        if group["GroupName"] == "default":
+            continue
+        security[group["GroupName"]] = {
+            "id": group["GroupId"],
+            "tags": {t["Key"]: t["Value"] for t in group.get("Tags", [])},
+            "ingress": _rules(group["IpPermissions"]),
+        }
+    return Balancing(nlbs, clbs, groups, security)
+
+
+async def balancing(world: World) -> Balancing:
+    """moto's load balancers, target groups and security groups, read now."""
+    return await trio.to_thread.run_sync(_read_balancing, world)
+
+
+async def certificate(world: World, domain: str = "example.com") -> str:
+    """A certificate ARN moto's ELB accepts (an ACM request)."""
+
+    def request() -> str:
+        arn: str = world.client("acm").request_certificate(DomainName=domain)["CertificateArn"]
+        return arn
+
+    return await trio.to_thread.run_sync(request)

@@ -1,0 +1,316 @@
+"""Classic ELBs, as cloud-provider-aws's EnsureLoadBalancer makes them without the nlb type.
+
+- **Security group**: unless the `security-groups` annotation or the cloud-config's
+  `ElbSecurityGroup` names one, the load balancer gets its own, `k8s-elb-<name>`
+  ("Security group for Kubernetes ELB <name> (<namespace>/<name>)", cluster-tagged
+  `owned`), open on each port and to ICMP fragmentation-needed from the source ranges;
+  `extra-security-groups` are added after it.
+- **Create / ensure**: the load balancer (listeners, subnets, groups, scheme, tags);
+  listeners added and removed by difference; the groups applied when they differ; the
+  health check (ConfigureHealthCheck) and the attributes (cross-zone, connection
+  draining, idle timeout) set only when they differ; instances registered by difference.
+- **Instances** (`register`): only the added and removed, `INSTANCES_PER_CALL` per call,
+  deregistrations first.
+- **Delete**: the load balancer, then its own group (kept if anything still uses it: a
+  RetryAfter while the load balancer's network interfaces detach). The Nodes' group rules
+  are the provider's (`loadbalancers.py`), revoked before the group goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan
+from trio_ccm.cloud.aws.codec import Parsed
+from trio_ccm.cloud.aws.ec2 import chunks
+from trio_ccm.cloud.aws.errors import AwsError
+from trio_ccm.cloud.aws.network import (
+    Rule,
+    choose_subnets,
+    create_group,
+    find_group,
+    reconcile_rules,
+)
+from trio_ccm.cloud.aws.tags import service_tags
+
+if TYPE_CHECKING:
+    from trio_ccm.cloud.aws.context import AwsContext
+
+__all__ = ["INSTANCES_PER_CALL", "Clb", "Clbs", "group_name"]
+
+log = structlog.get_logger("trio_ccm.cloud.aws.elb")
+
+INSTANCES_PER_CALL: Final = 100
+
+
+def group_name(name: str) -> str:
+    """The load balancer's own security group (upstream's name)."""
+    return f"k8s-elb-{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Clb:
+    """A Classic ELB as the provider knows it after an ensure."""
+
+    name: str
+    dns_name: str
+    security_groups: tuple[str, ...]
+    instances: frozenset[str]
+
+
+def _description(answer: Parsed) -> Mapping[str, object] | None:
+    items = answer.get("LoadBalancerDescriptions")
+    if isinstance(items, list) and items and isinstance(items[0], Mapping):
+        return items[0]
+    return None
+
+
+def _listener(item: Mapping[str, object]) -> ClbListener:
+    return ClbListener(
+        protocol=str(item.get("Protocol") or "").upper(),
+        port=int(str(item.get("LoadBalancerPort") or 0)),
+        instance_protocol=str(item.get("InstanceProtocol") or "").upper(),
+        instance_port=int(str(item.get("InstancePort") or 0)),
+        certificate=str(item.get("SSLCertificateId") or ""),
+    )
+
+
+def _aws_listener(listener: ClbListener) -> dict[str, object]:
+    body: dict[str, object] = {
+        "Protocol": listener.protocol,
+        "LoadBalancerPort": listener.port,
+        "InstanceProtocol": listener.instance_protocol,
+        "InstancePort": listener.instance_port,
+    }
+    if listener.certificate:
+        body["SSLCertificateId"] = listener.certificate
+    return body
+
+
+class Clbs:
+    """The ELB (classic) calls (see the module docstring)."""
+
+    def __init__(self, context: AwsContext) -> None:
+        self._context = context
+
+    async def describe(self, name: str) -> Mapping[str, object] | None:
+        try:
+            answer = await self._context.client.call(
+                "elb",
+                "DescribeLoadBalancers",
+                {"LoadBalancerNames": [name]},
+                target=f"Classic ELB {name}",
+            )
+        except AwsError as exc:
+            if exc.code == "LoadBalancerNotFound":
+                return None
+            raise
+        return _description(answer)
+
+    async def _own_group(self, plan: LoadBalancerPlan, vpc_id: str) -> str:
+        """The load balancer's own group, made if need be, open as the plan says."""
+        client = self._context.client
+        name = group_name(plan.name)
+        group = await find_group(client, name=name, vpc_id=vpc_id)
+        if group is None:
+            group = await create_group(
+                client,
+                name=name,
+                description=f"Security group for Kubernetes ELB {plan.name} ({plan.service})",
+                vpc_id=vpc_id,
+                tags=service_tags(self._context.tagging, plan.service, plan.uid, plan.extra_tags),
+            )
+            log.info("aws.security-group-created", group=group.id, load_balancer=plan.name)
+        wanted = frozenset(
+            [
+                Rule("tcp", listener.port, listener.port, cidr=cidr)
+                for listener in plan.clb_listeners
+                for cidr in plan.source_ranges
+            ]
+            + [Rule("icmp", 3, 4, cidr=cidr) for cidr in plan.source_ranges]
+        )
+        await reconcile_rules(
+            client, [group], wanted={group.id: wanted}, ours=lambda r: not r.group
+        )
+        return group.id
+
+    async def ensure(self, plan: LoadBalancerPlan, instance_ids: Sequence[str]) -> Clb:
+        """Create or update the Classic ELB to match `plan`, balancing to `instance_ids`."""
+        context = self._context
+        client = context.client
+        where = f"Classic ELB {plan.name} (Service {plan.service})"
+        vpc_id = await context.vpc_id()
+        groups = list(plan.security_groups)
+        if not groups:
+            groups = [context.config.elb_security_group or await self._own_group(plan, vpc_id)]
+        groups += [g for g in plan.extra_security_groups if g not in groups]
+        found = await self.describe(plan.name)
+        if found is None:
+            subnets = await choose_subnets(
+                client,
+                vpc_id=vpc_id,
+                tagging=context.tagging,
+                internal=plan.internal,
+                annotated=plan.subnets,
+                where=where,
+            )
+            tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
+            params: dict[str, object] = {
+                "LoadBalancerName": plan.name,
+                "Listeners": [_aws_listener(listener) for listener in plan.clb_listeners],
+                "Subnets": [s.id for s in subnets],
+                "SecurityGroups": groups,
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+            if plan.internal:
+                params["Scheme"] = "internal"
+            await client.call("elb", "CreateLoadBalancer", params, target=where)
+            log.info("aws.clb-created", load_balancer=plan.name, service=plan.service)
+            found = await self.describe(plan.name)
+            if found is None:
+                raise AwsError(
+                    "the Classic ELB just created is not listed yet; trying again",
+                    service="elb",
+                    action="DescribeLoadBalancers",
+                    target=where,
+                )
+        else:
+            await self._sync_listeners(plan, found, where)
+            held = found.get("SecurityGroups")
+            if [str(g) for g in (held if isinstance(held, list) else ())] != groups:
+                await client.call(
+                    "elb",
+                    "ApplySecurityGroupsToLoadBalancer",
+                    {"LoadBalancerName": plan.name, "SecurityGroups": groups},
+                    target=where,
+                )
+        await self._sync_health(plan, found, where)
+        await self._sync_attributes(plan, where)
+        instances = found.get("Instances")
+        registered = [
+            str(i.get("InstanceId"))
+            for i in (instances if isinstance(instances, list) else ())
+            if isinstance(i, Mapping)
+        ]
+        await self.register(plan.name, instance_ids, registered, where=where)
+        return Clb(
+            name=plan.name,
+            dns_name=str(found.get("DNSName") or ""),
+            security_groups=tuple(groups),
+            instances=frozenset(instance_ids),
+        )
+
+    async def _sync_listeners(
+        self, plan: LoadBalancerPlan, found: Mapping[str, object], where: str
+    ) -> None:
+        described = found.get("ListenerDescriptions")
+        have = {
+            _listener(d["Listener"])
+            for d in (described if isinstance(described, list) else ())
+            if isinstance(d, Mapping) and isinstance(d.get("Listener"), Mapping)
+        }
+        want = set(plan.clb_listeners)
+        gone = {listener.port for listener in have - want}
+        client = self._context.client
+        if gone:
+            await client.call(
+                "elb",
+                "DeleteLoadBalancerListeners",
+                {"LoadBalancerName": plan.name, "LoadBalancerPorts": sorted(gone)},
+                target=where,
+            )
+        added = sorted(want - have, key=lambda listener: listener.port)
+        if added:
+            await client.call(
+                "elb",
+                "CreateLoadBalancerListeners",
+                {"LoadBalancerName": plan.name, "Listeners": [_aws_listener(a) for a in added]},
+                target=where,
+            )
+
+    async def _sync_health(
+        self, plan: LoadBalancerPlan, found: Mapping[str, object], where: str
+    ) -> None:
+        health = plan.clb_health
+        if health is None:
+            return
+        wanted = {
+            "Target": health.target,
+            "Interval": health.interval,
+            "Timeout": health.timeout,
+            "UnhealthyThreshold": health.unhealthy,
+            "HealthyThreshold": health.healthy,
+        }
+        current = found.get("HealthCheck")
+        if isinstance(current, Mapping) and all(current.get(k) == v for k, v in wanted.items()):
+            return
+        await self._context.client.call(
+            "elb",
+            "ConfigureHealthCheck",
+            {"LoadBalancerName": plan.name, "HealthCheck": wanted},
+            target=where,
+        )
+
+    async def _sync_attributes(self, plan: LoadBalancerPlan, where: str) -> None:
+        client = self._context.client
+        answer = await client.call(
+            "elb", "DescribeLoadBalancerAttributes", {"LoadBalancerName": plan.name}, target=where
+        )
+        current = answer.get("LoadBalancerAttributes")
+        current = current if isinstance(current, Mapping) else {}
+        wanted: dict[str, Mapping[str, object]] = {
+            "CrossZoneLoadBalancing": {"Enabled": plan.cross_zone},
+            "ConnectionDraining": {"Enabled": plan.draining, "Timeout": plan.draining_timeout}
+            if plan.draining
+            else {"Enabled": False},
+            "ConnectionSettings": {"IdleTimeout": plan.idle_timeout},
+        }
+        change = {}
+        for key, value in wanted.items():
+            held = current.get(key)
+            held = held if isinstance(held, Mapping) else {}
+            if any(held.get(k) != v for k, v in value.items()):
+                change[key] = value
+        if change:
+            await client.call(
+                "elb",
+                "ModifyLoadBalancerAttributes",
+                {"LoadBalancerName": plan.name, "LoadBalancerAttributes": change},
+                target=where,
+            )
+
+    async def register(
+        self, name: str, wanted: Sequence[str], registered: Sequence[str], *, where: str
+    ) -> None:
+        """Deregister the removed, then register the added, `INSTANCES_PER_CALL` per call."""
+        client = self._context.client
+        have, want = set(registered), set(wanted)
+        for chunk in chunks(sorted(have - want), INSTANCES_PER_CALL):
+            await client.call(
+                "elb",
+                "DeregisterInstancesFromLoadBalancer",
+                {"LoadBalancerName": name, "Instances": [{"InstanceId": i} for i in chunk]},
+                target=where,
+            )
+        for chunk in chunks(sorted(want - have), INSTANCES_PER_CALL):
+            await client.call(
+                "elb",
+                "RegisterInstancesWithLoadBalancer",
+                {"LoadBalancerName": name, "Instances": [{"InstanceId": i} for i in chunk]},
+                target=where,
+            )
+
+    async def delete(self, name: str, *, where: str) -> bool:
+        """Delete the load balancer (gone already: success); whether there was one."""
+        found = await self.describe(name)
+        if found is None:
+            return False
+        await self._context.client.call(
+            "elb", "DeleteLoadBalancer", {"LoadBalancerName": name}, target=where
+        )
+        log.info("aws.clb-deleted", load_balancer=name)
+        return True

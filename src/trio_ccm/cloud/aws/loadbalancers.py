@@ -1,0 +1,515 @@
+"""Service load balancers on AWS: Classic ELBs by default, NLBs with
+`service.beta.kubernetes.io/aws-load-balancer-type: nlb`, as cloud-provider-aws.
+
+`annotations.py` turns a Service into a plan (or a refusal), `elb.py` and `elbv2.py` carry
+it out, `network.py` holds the subnets and security groups. This module adds:
+
+- **the Nodes' security groups** (unless `DisableSecurityGroupIngress`): each target
+  instance's group (its cluster-tagged one, else its only one) lets the load balancer in.
+  NLB: rules described `kubernetes.io/rule/nlb/client=<name>` (the node ports from the
+  source ranges) and `kubernetes.io/rule/nlb/health=<name>` (the health-check ports from
+  the NLB's subnets, left out when the client rule covers them); Classic ELB: all traffic
+  from the load balancer's group. Rules for this load balancer in groups no target uses
+  any more are revoked.
+- **node-set changes at the cost of the difference**: after an ensure the provider keeps
+  what it registered (per load balancer: its target groups, its targets, the Nodes'
+  groups it opened). `update_load_balancer` then registers and deregisters only the
+  instances added and removed, 100 per call, with no describe; a Node in a group not yet
+  opened costs that group's rules. Without that record (after a restart, or a failed call,
+  which drops it) it runs a full ensure, which describes and records again.
+- **deletion of everything made for a Service**, whatever its type annotation says now:
+  the Nodes' rules, the Classic ELB, the NLB and its target groups (also those named for
+  the Service's ports, so a group made just before a crash is found), the load balancer's
+  own security group (only when the cluster owns it; `DependencyViolation` while the load
+  balancer's interfaces detach is a `RetryAfter`).
+- **`get_load_balancer`** reports a load balancer that exists, and also (with no ingress) the
+  remains of one a crash left half made or half deleted, so the service controller still
+  calls `ensure_load_balancer_deleted` for them.
+- **the inventory** (`LoadBalancerInventory`): every NLB and Classic ELB carrying this
+  cluster's `owned` tag and `kubernetes.io/service-name`, with the Service UID from
+  `trio-ccm.dev/service-uid` (ours; upstream tags no UID), for the sweep for leaked ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+import structlog
+
+from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
+from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, plan, target_nodes
+from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
+from trio_ccm.cloud.aws.elb import Clbs, group_name
+from trio_ccm.cloud.aws.elbv2 import Nlbs
+from trio_ccm.cloud.aws.errors import AwsError
+from trio_ccm.cloud.aws.instances import instance_id_from_provider_id
+from trio_ccm.cloud.aws.lookup import Ref
+from trio_ccm.cloud.aws.network import (
+    Rule,
+    SecurityGroup,
+    authorize,
+    delete_group,
+    describe_groups,
+    node_group,
+    reconcile_rules,
+)
+from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, tags_of
+from trio_ccm.cloud.provider import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    NodeInfo,
+    OwnedLoadBalancer,
+    ServiceInfo,
+    ServiceRefused,
+    default_load_balancer_name,
+)
+
+if TYPE_CHECKING:
+    from trio_ccm.cloud.aws.context import AwsContext
+
+__all__ = ["NLB_CLIENT_RULE", "NLB_HEALTH_RULE", "AwsLoadBalancers"]
+
+log = structlog.get_logger("trio_ccm.cloud.aws.loadbalancers")
+
+NLB_CLIENT_RULE: Final = "kubernetes.io/rule/nlb/client"
+NLB_HEALTH_RULE: Final = "kubernetes.io/rule/nlb/health"
+_TAGS_PER_CALL: Final = 20
+_GROUPS_REMEMBERED: Final = 100_000
+_PAGE_SIZE: Final = 400
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What the provider registered for one load balancer at its last successful call."""
+
+    nlb: bool
+    target_groups: tuple[str, ...]  # NLB: the groups' ARNs
+    targets: frozenset[str]
+    node_groups: frozenset[str]
+    rules: frozenset[Rule]  # what each of the Nodes' groups holds for it
+    status: LoadBalancerStatus
+
+
+def _hostname(dns_name: str) -> LoadBalancerStatus:
+    return (
+        LoadBalancerStatus((LoadBalancerIngress(hostname=dns_name),))
+        if dns_name
+        else LoadBalancerStatus()
+    )
+
+
+def _mappings(items: object) -> list[Mapping[str, object]]:
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
+class AwsLoadBalancers:
+    """`LoadBalancers` and `LoadBalancerInventory` on AWS (see the module docstring)."""
+
+    def __init__(self, context: AwsContext) -> None:
+        self._context = context
+        self._nlbs = Nlbs(context)
+        self._clbs = Clbs(context)
+        self._known: dict[str, _Known] = {}
+        # instance → its security groups, from every lookup (shared by the load balancers:
+        # a node-set change asks EC2 about a new instance once, not once per load balancer)
+        self._groups_of: dict[str, tuple[str, ...]] = {}
+
+    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
+        return default_load_balancer_name(service)
+
+    async def _plan(self, service: ServiceInfo) -> LoadBalancerPlan:
+        await self._context.ready()
+        return plan(service, self._context.config, self._context.tagging.cluster_id)
+
+    # -- instances ---------------------------------------------------------------------------
+    async def _instances(
+        self, nodes: Sequence[NodeInfo], labels: Mapping[str, str]
+    ) -> dict[str, Ec2Instance]:
+        """The target Nodes' instances, by instance ID (Nodes without one are left out)."""
+        refs = []
+        for node in target_nodes(tuple(nodes), labels):
+            instance_id = ""
+            if node.provider_id:
+                try:
+                    instance_id = instance_id_from_provider_id(node.provider_id, node=node.name)
+                except AwsError:
+                    continue
+            refs.append(Ref(node.name, instance_id))
+        found = await self._context.lookup.resolve(refs)
+        instances = {i.id: i for i in found.values() if i.state != "terminated"}
+        self._remember(instances.values())
+        return instances
+
+    def _remember(self, instances: Iterable[Ec2Instance]) -> None:
+        for instance in instances:
+            self._groups_of.pop(instance.id, None)
+            self._groups_of[instance.id] = instance.security_groups
+        while len(self._groups_of) > _GROUPS_REMEMBERED:
+            del self._groups_of[next(iter(self._groups_of))]
+
+    @staticmethod
+    def _target_ids(nodes: Sequence[NodeInfo], labels: Mapping[str, str]) -> list[str] | None:
+        """The target instance IDs from the Nodes' provider IDs alone (None when a Node
+        has none: the lookup must name it)."""
+        ids = []
+        for node in target_nodes(tuple(nodes), labels):
+            if not node.provider_id:
+                return None
+            try:
+                ids.append(instance_id_from_provider_id(node.provider_id, node=node.name))
+            except AwsError:
+                continue
+        return sorted(set(ids))
+
+    # -- the Nodes' security groups ---------------------------------------------------------
+    async def _nlb_rules(
+        self, lb_plan: LoadBalancerPlan, subnet_ids: Sequence[str]
+    ) -> frozenset[Rule]:
+        """The rules each Node group holds for an NLB (upstream's
+        updateInstanceSecurityGroupsForNLB)."""
+        client_desc = f"{NLB_CLIENT_RULE}={lb_plan.name}"
+        health_desc = f"{NLB_HEALTH_RULE}={lb_plan.name}"
+        protocol = "udp" if "udp" in lb_plan.protocols else "tcp"
+        client_ports = {p.node_port for p in lb_plan.nlb_ports}
+        health_ports = {
+            p.node_port if p.health.port == "traffic-port" else int(p.health.port)
+            for p in lb_plan.nlb_ports
+        }
+        rules = {
+            Rule(protocol, port, port, cidr=cidr, description=client_desc)
+            for port in client_ports
+            for cidr in lb_plan.source_ranges
+        }
+        covered = (
+            lb_plan.source_ranges == ("0.0.0.0/0",)
+            and protocol == "tcp"
+            and health_ports == client_ports
+        )
+        if not covered and subnet_ids:
+            answer = await self._context.client.call(
+                "ec2",
+                "DescribeSubnets",
+                {"SubnetIds": list(subnet_ids)},
+                target=f"NLB {lb_plan.name}",
+            )
+            items = answer.get("Subnets")
+            cidrs = sorted(
+                str(s.get("CidrBlock"))
+                for s in (items if isinstance(items, list) else ())
+                if isinstance(s, Mapping) and s.get("CidrBlock")
+            )
+            rules |= {
+                Rule("tcp", port, port, cidr=cidr, description=health_desc)
+                for port in health_ports
+                for cidr in cidrs
+            }
+        return frozenset(rules)
+
+    @staticmethod
+    def _ours(name: str, clb_group: str) -> Callable[[Rule], bool]:
+        descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
+
+        def ours(rule: Rule) -> bool:
+            return rule.description in descriptions or (
+                bool(clb_group) and rule.group == clb_group and rule.protocol == "-1"
+            )
+
+        return ours
+
+    async def _open_node_groups(
+        self,
+        lb_plan: LoadBalancerPlan,
+        instances: Mapping[str, Ec2Instance],
+        rules: frozenset[Rule],
+        clb_group: str,
+    ) -> frozenset[str]:
+        """Make the Nodes' groups hold `rules` for this load balancer, and no other group."""
+        context = self._context
+        if context.config.disable_security_group_ingress:
+            return frozenset()
+        groups = await describe_groups(
+            context.client,
+            spec={"vpc-id": [await context.vpc_id()]},
+            target=f"security groups for {lb_plan.name}",
+        )
+        by_id = {g.id: g for g in groups}
+        missing = {g for i in instances.values() for g in i.security_groups if g not in by_id}
+        if missing:
+            extra = await describe_groups(
+                context.client, ids=sorted(missing), target=f"security groups for {lb_plan.name}"
+            )
+            groups += extra
+            by_id.update({g.id: g for g in extra})
+        wanted: dict[str, frozenset[Rule]] = {}
+        for instance in instances.values():
+            group = node_group(instance, by_id, context.tagging)
+            if group:
+                wanted[group] = rules
+            else:
+                log.warning(
+                    "aws.instance-without-security-group",
+                    instance=instance.id,
+                    load_balancer=lb_plan.name,
+                )
+        await reconcile_rules(
+            context.client,
+            groups,
+            wanted=wanted,
+            ours=self._ours(lb_plan.name, clb_group),
+            # Classic ELB: upstream revokes its rule only from cluster-tagged groups.
+            may_revoke=lambda g: not clb_group or context.tagging.has_cluster_tag(g.tags),
+        )
+        return frozenset(wanted)
+
+    # -- LoadBalancers -----------------------------------------------------------------------
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        """Create or update the Service's load balancer (see the module docstring)."""
+        lb_plan = await self._plan(service)
+        self._known.pop(lb_plan.name, None)
+        if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
+            raise ServiceRefused(f"Service {service.key}: no port to balance")
+        instances = await self._instances(nodes, lb_plan.node_labels)
+        ids = sorted(instances)
+        if lb_plan.nlb:
+            nlb = await self._nlbs.ensure(lb_plan, ids)
+            rules = (
+                frozenset()
+                if self._context.config.disable_security_group_ingress
+                else await self._nlb_rules(lb_plan, nlb.subnet_ids)
+            )
+            opened = await self._open_node_groups(lb_plan, instances, rules, "")
+            status = _hostname(nlb.dns_name)
+            known = _Known(True, tuple(nlb.target_groups), frozenset(ids), opened, rules, status)
+        else:
+            clb = await self._clbs.ensure(lb_plan, ids)
+            own = clb.security_groups[0] if clb.security_groups else ""
+            rules = frozenset({Rule("-1", -1, -1, group=own)}) if own else frozenset()
+            opened = await self._open_node_groups(lb_plan, instances, rules, own)
+            status = _hostname(clb.dns_name)
+            known = _Known(False, (), frozenset(ids), opened, rules, status)
+        self._known[lb_plan.name] = known
+        log.info(
+            "aws.load-balancer-ensured",
+            load_balancer=lb_plan.name,
+            kind=lb_plan.kind,
+            service=service.key,
+            targets=len(ids),
+        )
+        return status
+
+    async def update_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> None:
+        """Only the targets changed: register and deregister the difference (see above)."""
+        lb_plan = await self._plan(service)
+        known = self._known.get(lb_plan.name)
+        if known is None or known.nlb != lb_plan.nlb:
+            await self.ensure_load_balancer(cluster, service, nodes)
+            return
+        ids = self._target_ids(nodes, lb_plan.node_labels)
+        instances: dict[str, Ec2Instance] | None = None
+        if ids is None:
+            instances = await self._instances(nodes, lb_plan.node_labels)
+            ids = sorted(instances)
+        wanted = frozenset(ids)
+        where = f"{lb_plan.kind} {lb_plan.name} (Service {service.key})"
+        try:
+            if known.nlb:
+                for group in known.target_groups:
+                    await self._nlbs.register(group, ids, sorted(known.targets), where=where)
+            else:
+                await self._clbs.register(lb_plan.name, ids, sorted(known.targets), where=where)
+            opened = known.node_groups
+            added = wanted - known.targets
+            if added and known.rules and not self._context.config.disable_security_group_ingress:
+                opened = await self._open_added(lb_plan, added, instances, known)
+        except BaseException:
+            self._known.pop(lb_plan.name, None)  # the next call describes afresh
+            raise
+        self._known[lb_plan.name] = replace(known, targets=wanted, node_groups=opened)
+        log.info(
+            "aws.targets-updated",
+            load_balancer=lb_plan.name,
+            added=len(wanted - known.targets),
+            removed=len(known.targets - wanted),
+        )
+
+    async def _open_added(
+        self,
+        lb_plan: LoadBalancerPlan,
+        added: frozenset[str],
+        instances: Mapping[str, Ec2Instance] | None,
+        known: _Known,
+    ) -> frozenset[str]:
+        """The groups of instances just added that do not hold the rules yet get them."""
+        context = self._context
+        if instances is None:
+            unknown = sorted(i for i in added if i not in self._groups_of)
+            if unknown:
+                found = await context.lookup.resolve([Ref(i, i) for i in unknown])
+                self._remember(found.values())
+            instances = {
+                i: Ec2Instance(i, "running", security_groups=self._groups_of[i])
+                for i in added
+                if i in self._groups_of
+            }
+        candidates = [
+            instances[i]
+            for i in sorted(added)
+            if i in instances and not set(instances[i].security_groups) & known.node_groups
+        ]
+        if not candidates:
+            return known.node_groups  # the usual case: no call
+        groups = await describe_groups(
+            context.client,
+            ids=sorted({g for i in candidates for g in i.security_groups}),
+            target=f"security groups for {lb_plan.name}",
+        )
+        by_id = {g.id: g for g in groups}
+        opened = set(known.node_groups)
+        for instance in candidates:
+            group = node_group(instance, by_id, context.tagging)
+            if group and group not in opened and group in by_id:
+                await authorize(context.client, group, known.rules - by_id[group].ingress)
+                opened.add(group)
+        return frozenset(opened)
+
+    async def get_load_balancer(
+        self, cluster: str, service: ServiceInfo
+    ) -> LoadBalancerStatus | None:
+        """The load balancer's status; an empty status for the remains of one; None when
+        nothing made for the Service is left."""
+        await self._context.ready()
+        name = default_load_balancer_name(service)
+        nlb_first = service.annotations.get(TYPE_ANNOTATION, "") == "nlb"
+        for nlb in (nlb_first, not nlb_first):
+            if nlb:
+                found = await self._nlbs.describe(name)
+                if found is not None:
+                    return _hostname(str(found.get("DNSName") or ""))
+            else:
+                described = await self._clbs.describe(name)
+                if described is not None:
+                    return _hostname(str(described.get("DNSName") or ""))
+        if await self._nlbs.target_groups_named(self._group_names(service)):
+            return LoadBalancerStatus()
+        groups = await self._scan_groups(name)
+        ours = self._ours(name, "")
+        if any(g.name == group_name(name) or any(ours(r) for r in g.ingress) for g in groups):
+            return LoadBalancerStatus()
+        return None
+
+    def _group_names(self, service: ServiceInfo) -> list[str]:
+        """The target groups the Service's ports would have (none when it cannot be planned)."""
+        try:
+            lb_plan = plan(service, self._context.config, self._context.tagging.cluster_id)
+        except Exception:
+            return []
+        return [p.target_group for p in lb_plan.nlb_ports]
+
+    async def _scan_groups(self, name: str) -> list[SecurityGroup]:
+        context = self._context
+        return await describe_groups(
+            context.client,
+            spec={"vpc-id": [await context.vpc_id()]},
+            target=f"security groups for {name}",
+        )
+
+    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
+        """Delete everything made for the Service (see the module docstring)."""
+        await self._context.ready()
+        await self._delete(
+            default_load_balancer_name(service), service.key, self._group_names(service)
+        )
+
+    async def _delete(self, name: str, service: str, target_groups: Sequence[str]) -> None:
+        context = self._context
+        where = f"load balancer {name} (Service {service})"
+        self._known.pop(name, None)
+        groups = await self._scan_groups(name)
+        own = [g for g in groups if g.name == group_name(name) and context.tagging.owned(g.tags)]
+        clb = await self._clbs.describe(name)
+        held = clb.get("SecurityGroups") if clb is not None else None
+        lb_groups = [str(g) for g in held] if isinstance(held, list) else []
+        refs = {g.id for g in own} | set(lb_groups[:1])
+        descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
+        await reconcile_rules(
+            context.client,
+            groups,
+            wanted={},
+            ours=lambda r: (
+                r.description in descriptions or (r.group in refs and r.protocol == "-1")
+            ),
+        )
+        existed = await self._clbs.delete(name, where=where)
+        existed = await self._nlbs.delete(name, target_groups, where=where) or existed
+        for group in own:
+            await delete_group(context.client, group.id, why=f"of load balancer {name}")
+        log.info(
+            "aws.load-balancer-deleted",
+            load_balancer=name,
+            service=service,
+            existed=existed or bool(own),
+        )
+
+    # -- LoadBalancerInventory ---------------------------------------------------------------
+    async def list_load_balancers(self, cluster: str) -> list[OwnedLoadBalancer]:
+        """Every NLB and Classic ELB this cluster owns that was made for a Service."""
+        await self._context.ready()
+        client = self._context.client
+        owned: list[OwnedLoadBalancer] = []
+        nlbs = {
+            str(lb.get("LoadBalancerArn")): str(lb.get("LoadBalancerName"))
+            for lb in await self._all("elbv2")
+            if lb.get("Type") == "network"
+        }
+        for chunk in chunks(sorted(nlbs), _TAGS_PER_CALL):
+            answer = await client.call(
+                "elbv2", "DescribeTags", {"ResourceArns": list(chunk)}, target="NLBs"
+            )
+            for item in _mappings(answer.get("TagDescriptions")):
+                name = nlbs.get(str(item.get("ResourceArn")), "")
+                self._collect(owned, name, tags_of(item.get("Tags")))
+        clbs = [str(lb.get("LoadBalancerName")) for lb in await self._all("elb")]
+        for chunk in chunks(clbs, _TAGS_PER_CALL):
+            answer = await client.call(
+                "elb", "DescribeTags", {"LoadBalancerNames": list(chunk)}, target="Classic ELBs"
+            )
+            for item in _mappings(answer.get("TagDescriptions")):
+                self._collect(owned, str(item.get("LoadBalancerName")), tags_of(item.get("Tags")))
+        return owned
+
+    def _collect(self, owned: list[OwnedLoadBalancer], name: str, tags: Mapping[str, str]) -> None:
+        service = tags.get(SERVICE_NAME_TAG, "")
+        if not service or not self._context.tagging.owned(tags):
+            return
+        namespace, _, service_name = service.partition("/")
+        owned.append(
+            OwnedLoadBalancer(name, namespace, service_name, tags.get(SERVICE_UID_TAG, ""))
+        )
+
+    async def _all(self, api: str) -> list[Mapping[str, object]]:
+        """Every load balancer of one ELB API (Marker paging)."""
+        key = "LoadBalancers" if api == "elbv2" else "LoadBalancerDescriptions"
+        found: list[Mapping[str, object]] = []
+        marker = ""
+        while True:
+            params: dict[str, object] = {"PageSize": _PAGE_SIZE}
+            if marker:
+                params["Marker"] = marker
+            answer = await self._context.client.call(
+                api, "DescribeLoadBalancers", params, target="load balancers"
+            )
+            found += _mappings(answer.get(key))
+            marker = str(answer.get("NextMarker") or "")
+            if not marker:
+                return found
+
+    async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
+        """Delete a listed load balancer and everything made for it."""
+        await self._context.ready()
+        await self._delete(lb.name, lb.key, ())
