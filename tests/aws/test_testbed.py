@@ -49,8 +49,8 @@ async def test_the_fleet_follows_instances_and_routes(world: World) -> None:
 async def test_demo_on_aws_initialises_and_routes_every_node(tmp_path: Path) -> None:
     """`trio-ccm demo --cloud=aws --exit-when-done` initialises and routes every Node (named
     by private DNS name, across three zones) through the aws provider against moto, with
-    a handful of DescribeInstances, creates no Services while the provider has no load
-    balancers, and exits 0."""
+    a handful of DescribeInstances, gives its three LoadBalancer Services a Classic ELB
+    each (their DNS names as hostnames), and exits 0."""
     kubeconfig = tmp_path / "demo.kubeconfig"
     argv = [
         *CLI,
@@ -71,7 +71,10 @@ async def test_demo_on_aws_initialises_and_routes_every_node(tmp_path: Path) -> 
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert re.search(r"^moto \(EC2\) http://127\.0\.0\.1:\d+$", out, re.MULTILINE)
-    assert "all 6 Nodes initialised and routed, 0 load balancers ready in" in out
+    assert "all 6 Nodes initialised and routed, 3 load balancers ready in" in out
+    elb = r"a[0-9a-f]{31}\.us-east-1\.elb\.amazonaws\.com"
+    assert re.search(rf"^  default/demo-web-0\s+{elb}$", out, re.MULTILINE)
+    assert re.search(r"^  elasticloadbalancing:CreateLoadBalancer\s+3$", out, re.MULTILINE)
     assert re.search(
         r"^initialised\s+6  \(us-east-1a 2, us-east-1b 2, us-east-1c 2\)$", out, re.MULTILINE
     )

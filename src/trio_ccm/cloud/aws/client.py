@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Final
 
 import httpx
-import structlog
 import trio
 
 from trio_ccm.cloud import fence
@@ -46,6 +45,7 @@ from trio_ccm.cloud.aws.credentials import (
     RefreshingCredentials,
 )
 from trio_ccm.cloud.aws.errors import AwsError, AwsServerError, AwsThrottledError
+from trio_ccm.logs import get_logger
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -57,7 +57,7 @@ __all__ = [
     "endpoint_for",
 ]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.client")
+log = get_logger("trio_ccm.cloud.aws.client")
 
 SERVICES: Final = ("ec2", "elb", "elbv2", "sts")
 """The client's services, by botocore's names."""

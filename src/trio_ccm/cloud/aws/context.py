@@ -25,7 +25,6 @@ import random
 from collections.abc import Callable, Mapping
 
 import httpx
-import structlog
 import trio
 
 from trio_ccm.cloud.aws.client import AwsClient
@@ -41,10 +40,11 @@ from trio_ccm.cloud.aws.imds import Imds
 from trio_ccm.cloud.aws.lookup import InstanceLookup, NodeDirectory, ZoneCache
 from trio_ccm.cloud.aws.tags import ClusterTagging
 from trio_ccm.errors import ConfigError
+from trio_ccm.logs import get_logger
 
 __all__ = ["AwsContext"]
 
-log = structlog.get_logger("trio_ccm.cloud.aws")
+log = get_logger("trio_ccm.cloud.aws")
 
 
 class AwsContext:

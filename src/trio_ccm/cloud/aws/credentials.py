@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Final, Protocol
 from urllib.parse import urlsplit
 
 import httpx
-import structlog
 import trio
 
 from trio_ccm.errors import CcmError
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.imds import Imds
@@ -68,7 +68,7 @@ __all__ = [
     "utc_now",
 ]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.credentials")
+log = get_logger("trio_ccm.cloud.aws.credentials")
 
 REFRESH_BEFORE_S: Final = 300.0
 """Credentials are refreshed this long before they expire (the SDKs' 5 minutes)."""

@@ -22,8 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import structlog
-
 from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan
 from trio_ccm.cloud.aws.codec import Parsed
 from trio_ccm.cloud.aws.ec2 import chunks
@@ -36,13 +34,14 @@ from trio_ccm.cloud.aws.network import (
     reconcile_rules,
 )
 from trio_ccm.cloud.aws.tags import service_tags
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
 
 __all__ = ["INSTANCES_PER_CALL", "Clb", "Clbs", "group_name"]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.elb")
+log = get_logger("trio_ccm.cloud.aws.elb")
 
 INSTANCES_PER_CALL: Final = 100
 

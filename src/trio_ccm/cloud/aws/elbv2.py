@@ -22,14 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import structlog
-
 from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, NlbPort
 from trio_ccm.cloud.aws.codec import Parsed
 from trio_ccm.cloud.aws.ec2 import chunks
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import Subnet, choose_subnets
 from trio_ccm.cloud.aws.tags import service_tags
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
@@ -41,7 +40,7 @@ __all__ = [
     "Nlbs",
 ]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.elbv2")
+log = get_logger("trio_ccm.cloud.aws.elbv2")
 
 TARGETS_PER_CALL: Final = 100
 """Upstream's register/deregister chunk size."""

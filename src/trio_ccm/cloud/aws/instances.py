@@ -30,8 +30,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
-import structlog
-
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, describe_by_ids, is_instance_id
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.lookup import Ref
@@ -41,6 +39,7 @@ from trio_ccm.cloud.provider import (
     NodeAddress,
     NodeInfo,
 )
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
@@ -54,7 +53,7 @@ __all__ = [
     "provider_id",
 ]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.instances")
+log = get_logger("trio_ccm.cloud.aws.instances")
 
 LABEL_ZONE_ID: Final = "topology.k8s.aws/zone-id"
 SCHEME: Final = "aws"

@@ -36,8 +36,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
-import structlog
-
 from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
 from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, plan, target_nodes
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
@@ -65,13 +63,14 @@ from trio_ccm.cloud.provider import (
     ServiceRefused,
     default_load_balancer_name,
 )
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
 
 __all__ = ["NLB_CLIENT_RULE", "NLB_HEALTH_RULE", "AwsLoadBalancers"]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.loadbalancers")
+log = get_logger("trio_ccm.cloud.aws.loadbalancers")
 
 NLB_CLIENT_RULE: Final = "kubernetes.io/rule/nlb/client"
 NLB_HEALTH_RULE: Final = "kubernetes.io/rule/nlb/health"

@@ -48,7 +48,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import structlog
 import trio
 
 from trio_ccm.cloud.aws.client import AwsClient
@@ -64,6 +63,7 @@ from trio_ccm.cloud.aws.ec2 import (
     describe_by_ids,
 )
 from trio_ccm.cloud.aws.tags import ClusterTagging
+from trio_ccm.logs import get_logger
 
 __all__ = [
     "DIRECTORY_CAPACITY",
@@ -77,7 +77,7 @@ __all__ = [
     "ZoneCache",
 ]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.lookup")
+log = get_logger("trio_ccm.cloud.aws.lookup")
 
 SNAPSHOT_MAX_AGE_S: Final = 10.0
 """How long a cluster listing answers later bulk lookups."""

@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 import httpx
-import structlog
 import trio
 
 from trio_ccm.cloud.aws.config import CloudConfig
@@ -19,10 +18,11 @@ from trio_ccm.cloud.aws.instances import AwsInstances
 from trio_ccm.cloud.aws.loadbalancers import AwsLoadBalancers
 from trio_ccm.cloud.aws.routes import AwsRoutes
 from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
+from trio_ccm.logs import get_logger
 
 __all__ = ["AwsProvider"]
 
-log = structlog.get_logger("trio_ccm.cloud.aws")
+log = get_logger("trio_ccm.cloud.aws")
 
 _INIT_RETRY_BASE_S: Final = 1.0
 _INIT_RETRY_CAP_S: Final = 30.0

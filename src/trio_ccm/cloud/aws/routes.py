@@ -35,19 +35,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import structlog
 import trio
 
 from trio_ccm.cloud.aws.ec2 import RouteEntry, RouteTable, describe_by_ids, describe_route_tables
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.provider import InstanceNotFoundError, Route
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
 
 __all__ = ["GUESS_MAX_AGE_S", "TABLE_MAX_AGE_S", "AwsRoutes", "RouteTableError"]
 
-log = structlog.get_logger("trio_ccm.cloud.aws.routes")
+log = get_logger("trio_ccm.cloud.aws.routes")
 
 TABLE_MAX_AGE_S: Final = 10.0
 """How long create_route trusts the route table list_routes read."""

@@ -25,14 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-import structlog
 import trio
 
+from trio_ccm.logs import get_logger
 from trio_ccm.testing.aws.world import World
 
 __all__ = ["FleetRoute", "MotoFleet", "MotoInstance"]
 
-log = structlog.get_logger("trio_ccm.testing.aws.fleet")
+log = get_logger("trio_ccm.testing.aws.fleet")
 
 # EC2 states as a kubelet lives them: it runs from `pending` on, and is silent once the
 # instance is stopping or shutting down.
