@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from functools import partial
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import trio
 import yaml
 
 from tests.helpers.aws import UNINITIALIZED, Cluster
-from tests.helpers.processes import CLI
+from tests.helpers.processes import CLI, free_port
 from trio_ccm.testing.apiserver import Listening, serve_apiserver
 
 CHART_ARGS = Path(__file__).resolve().parents[1] / "deploy" / "fixtures" / "aws-chart-args.txt"
@@ -23,13 +22,6 @@ CHART_ARGS = Path(__file__).resolve().parents[1] / "deploy" / "fixtures" / "aws-
 def chart_args() -> list[str]:
     lines = CHART_ARGS.read_text().splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_the_aws_chart_args_initialise_nodes(cluster: Cluster, tmp_path: Path) -> None:

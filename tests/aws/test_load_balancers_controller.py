@@ -1,8 +1,9 @@
 """The real service controller with the aws provider against the emulator and moto: Services
 get their Classic ELB or NLB and its hostname, follow port, node and type changes, are
 refused with one Warning naming the field, leave nothing behind when deleted (also after
-their replica was cancelled mid-create or mid-delete), converge while both ELB APIs
-throttle, and leaked load balancers are swept."""
+their replica was cancelled mid-create or mid-delete; test_load_balancers_kill.py does it
+with kill -9 of a real process), converge while both ELB APIs throttle, and leaked load
+balancers are swept."""
 
 from __future__ import annotations
 

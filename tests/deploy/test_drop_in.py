@@ -37,7 +37,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
+from tests.helpers.processes import CLI, Lines, free_port, initialised, poll_until, running
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider
@@ -184,13 +184,6 @@ def for_testbed(args: list[str], kubeconfig: Path, cloud_config: Path) -> list[s
     out = [f"{flag_name(a)}={ours[flag_name(a)]}" if flag_name(a) in ours else a for a in args]
     out += [f"{k}={v}" for k, v in ours.items() if k not in {flag_name(a) for a in args}]
     return [*out, f"--secure-port={free_port()}", "--bind-address=127.0.0.1"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def log_events(path: Path) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -80,3 +81,11 @@ async def poll_until(check: Callable[[], Awaitable[bool]], period_s: float = 0.0
     """Another process's progress can only be polled (its caller bounds the wait)."""
     while not await check():  # noqa: ASYNC110 - state in another process: nothing to await
         await trio.sleep(period_s)
+
+
+def free_port() -> int:
+    """A loopback TCP port free right now (for a process's --secure-port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import trio
 
+from tests.helpers.processes import free_port
 from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.harness import emulator_connection
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_endpoints_answer_over_http() -> None:
