@@ -60,6 +60,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import platform
@@ -79,6 +80,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import structlog
 import trio
 import trio.testing
 
@@ -697,7 +699,20 @@ def judge(
 
 
 # -- in-process mode ------------------------------------------------------------------------------
+def quiet_logging(level: str) -> None:
+    """The bench's own choice for the in-process replicas' logs (library code never
+    configures logging): stderr, at `level` and above, no tracebacks rendered with locals."""
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.KeyValueRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+    )
+
+
 def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
+    quiet_logging(args.log_level)
     seeds = list(range(args.seed, args.seed + args.schedules))
     kill_points: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -793,6 +808,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--converge-limit", type=float, help="seconds (default 300; quick 60)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and configs in DIR")
+    parser.add_argument(
+        "--log-level", default="critical", help="in-process replicas' logs, to stderr"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     began = time.perf_counter()
