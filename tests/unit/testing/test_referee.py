@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from trio_ccm.testing.referee import (
@@ -65,8 +67,8 @@ def test_sequence_numbers_order_writes_of_one_instant() -> None:
     ]
 
 
-def _lease(holder: str, renew: str | None, version: int) -> dict[str, object]:
-    spec: dict[str, object] = {"holderIdentity": holder, "leaseDurationSeconds": 4}
+def _lease(holder: str, renew: str | None, version: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"holderIdentity": holder, "leaseDurationSeconds": 4}
     if renew is not None:
         spec["renewTime"] = renew
     return {
@@ -97,11 +99,11 @@ def _lease(holder: str, renew: str | None, version: int) -> dict[str, object]:
     ],
 )
 def test_a_lease_state_is_read_as_the_write_that_made_it(
-    lease: dict[str, object], expected: LeaseWrite | None
+    lease: dict[str, Any], expected: LeaseWrite | None
 ) -> None:
     """A Lease as a watch delivers it is the write stamped at its renewTime, ordered by its
     resourceVersion, by the holder it names under the name the call log knows it by."""
-    found = lease_write_of(lease, identities={"host_1234": "r0-1"})  # type: ignore[arg-type]
+    found = lease_write_of(lease, identities={"host_1234": "r0-1"})
     if expected is None:
         assert found is None
     else:
@@ -117,7 +119,7 @@ def test_a_lease_state_is_read_as_the_write_that_made_it(
 def test_a_lease_with_a_bad_renew_time_is_an_error_quoting_it() -> None:
     """A renewTime that is not an RFC 3339 UTC time is refused with the value quoted."""
     with pytest.raises(ValueError, match="'yesterday' is not an RFC 3339"):
-        lease_write_of(_lease("a", "yesterday", 1))  # type: ignore[arg-type]
+        lease_write_of(_lease("a", "yesterday", 1))
 
 
 def test_the_call_log_gives_the_mutating_calls_by_wall_time() -> None:
