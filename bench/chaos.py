@@ -42,7 +42,8 @@ time just before `kill(2)`; for a double SIGTERM, the first):
 
 Only handovers that happen before the next kill point count (a short freeze usually has
 none: the frozen leader renews again). `exit_s` is from the signal to the process's exit
-(for a double SIGTERM, from the second signal).
+(for a double SIGTERM, from the second signal; one whose target exited before the second
+signal is not counted).
 
 **In-process mode** (`--in-process`): `--schedules` runs of `trio_ccm.testing.chaos.
 run_chaos` (seeds from `--seed` on, leases alternating short/default), each under
@@ -483,7 +484,9 @@ def handovers(
     for index, event in enumerate(disruptions):
         figures = found[event.kind]
         exited = exits.get(event.target)
-        if event.kind != "freeze" and exited is not None:
+        # A double SIGTERM whose target exited before the second signal is not counted.
+        counted = event.kind != "freeze" and (event.kind != "double" or event.second_at)
+        if counted and exited is not None:
             figures["exit_s"].append(exited - (event.second_at or event.at))
         if not event.leader:
             continue
