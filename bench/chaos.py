@@ -85,7 +85,7 @@ import structlog
 import trio
 import trio.testing
 
-from trio_ccm.testing.chaos import LEASES, ChaosConfig, find_problems, run_chaos
+from trio_ccm.testing.chaos import LEASES, ChaosConfig, Problem, find_problems, run_chaos
 from trio_ccm.testing.cloud import write_cloud_config
 from trio_ccm.testing.referee import (
     CloudWrite,
@@ -440,7 +440,7 @@ async def run_disruptions(world: World, nursery: trio.Nursery, until: float) -> 
 
 
 # -- checks -------------------------------------------------------------------------------------
-async def problems(world: World) -> list[Any]:
+async def problems(world: World) -> list[Problem]:
     nodes = await world.api.get("/api/v1/nodes")
     services = await world.api.get("/api/v1/services")
     state = await world.cloud.get("/_sim/state")
@@ -449,7 +449,7 @@ async def problems(world: World) -> list[Any]:
     return find_problems(nodes.json()["items"], services.json()["items"], state.json())
 
 
-async def wait_until_converged(world: World, limit_s: float) -> tuple[float, list[Any]]:
+async def wait_until_converged(world: World, limit_s: float) -> tuple[float, list[Problem]]:
     began = time.time()
     with trio.move_on_after(limit_s):
         while await problems(world):  # noqa: ASYNC110 - state in other processes: poll
@@ -531,8 +531,24 @@ async def read_testbed(process: trio.Process) -> tuple[str, str]:
 
 async def run_process_mode(
     args: argparse.Namespace, lease: str, seed: int, dir: Path
-) -> dict[str, Any]:
-    """One run (testbed + replicas) under one lease setting; its figures."""
+) -> dict[str, Any] | None:
+    """One run (testbed + replicas) under one lease setting; its figures, or None when
+    SIGTERM or SIGINT stopped it (the processes it started are stopped first)."""
+    found: list[dict[str, Any]] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_on_signal)
+            found.append(await one_run(args, lease, seed, dir))
+            nursery.cancel_scope.cancel()
+    return found[0] if found else None
+
+
+async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) -> dict[str, Any]:
     kubeconfig, cloud_config = dir / "kubeconfig", dir / "cloud.yaml"
     testbed_argv = [
         *CLI,
@@ -554,11 +570,16 @@ async def run_process_mode(
         ):
             world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
             world.slots = [None] * args.replicas
-            return await drive(world, began)
+            try:
+                return await drive(world, began)
+            finally:  # also when the bench fails or is stopped: leave no replica behind
+                for inc in world.incarnations:
+                    if inc.process.returncode is None:
+                        inc.process.kill()
     finally:
         with contextlib.suppress(ProcessLookupError):
             testbed.send_signal(signal.SIGTERM)
-        with trio.move_on_after(10):
+        with trio.CancelScope(shield=True), trio.move_on_after(10):  # stopping, even when stopped
             await testbed.wait()
         if testbed.returncode is None:
             testbed.kill()
@@ -616,9 +637,6 @@ async def drive(world: World, began: float) -> dict[str, Any]:
         slots.cancel()
         await trio.sleep(0.5)  # the last Lease states (the release) reach the watch
         nursery.cancel_scope.cancel()
-    for inc in world.incarnations:
-        if inc.process.returncode is None:
-            inc.process.kill()
     calls_response = await world.cloud.get("/_sim/calls")
     calls_response.raise_for_status()
     calls = calls_response.json()["calls"]
@@ -649,7 +667,11 @@ def write_timeline(world: World, history: list[LeaseWrite], writes: list[CloudWr
 
 
 def judge(
-    world: World, calls: list[dict[str, Any]], converged_s: float, left: list[Any], chaos_s: float
+    world: World,
+    calls: list[dict[str, Any]],
+    converged_s: float,
+    left: list[Problem],
+    chaos_s: float,
 ) -> dict[str, Any]:
     duration, _deadline, _retry = world.timing
     identities = {i.read_identity(): i.name for i in world.incarnations if i.read_identity()}
@@ -850,6 +872,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             with workdir(args.keep and str(Path(args.keep) / lease)) as dir:
                 run = trio.run(run_process_mode, run_args, lease, seed, dir)
+            if run is None:
+                print("stopped by a signal", file=sys.stderr)
+                return 130
             run["seed"] = seed
             runs.append(run)
             print(
