@@ -21,6 +21,7 @@ hundreds.
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import math
 import random
@@ -47,7 +48,16 @@ from trio_ccm.testing.referee import (
     violations,
 )
 
-__all__ = ["LEASES", "ChaosConfig", "ChaosReport", "check_invariants", "run_chaos"]
+__all__ = [
+    "LEASES",
+    "PROBLEM_KINDS",
+    "ChaosConfig",
+    "ChaosReport",
+    "Problem",
+    "check_invariants",
+    "find_problems",
+    "run_chaos",
+]
 
 LEASES: Final = {"short": (4.0, 3.0, 1.0), "default": (15.0, 10.0, 2.0)}
 """Lease duration, renew deadline and retry period of each lease setting."""
@@ -301,12 +311,57 @@ class _Replica:
             self.kube.down_until = self.cloud.down_until = until
 
 
-def check_invariants(
+@dataclass(frozen=True)
+class Problem:
+    """One broken invariant: its kind (a key of `PROBLEM_KINDS`) and what is wrong."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+PROBLEM_KINDS: Final = {
+    "leaked": "a load balancer no Service of type LoadBalancer wants",
+    "duplicate": "a second load balancer for a Service that has its own",
+    "missing": "a LoadBalancer Service without its load balancer",
+    "ports": "load balancer ports differ from the Service's",
+    "backends": "load balancer backends differ from the Nodes",
+    "source-ranges": "load balancer source ranges differ from the Service's",
+    "status": "the Service's ingress differs from its load balancer's",
+    "finalizer-missing": "a LoadBalancer Service without the cleanup finalizer",
+    "finalizer-stranded": "the cleanup finalizer on a Service that wants no load balancer",
+    "stale-ingress": "an ingress on a Service that wants no load balancer",
+    "node-uninitialised": "a Node still tainted uninitialized",
+    "node-pod-cidr": "a Node without a pod CIDR",
+    "route-missing": "a Node's pod CIDR without its route",
+    "route-stale": "a route to a Node that is gone",
+}
+"""Every kind of `Problem`, with what it means."""
+
+_ALL_SOURCES: Final = ("0.0.0.0/0",)
+_SOURCE_RANGES_ANNOTATION: Final = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+
+def _source_ranges(svc: dict[str, Any]) -> list[str]:
+    """Upstream's GetLoadBalancerSourceRanges, normalised: the field, else the annotation,
+    else everywhere."""
+    ranges = svc["spec"].get("loadBalancerSourceRanges") or []
+    if not ranges:
+        annotated = svc["metadata"].get("annotations", {}).get(_SOURCE_RANGES_ANNOTATION, "")
+        ranges = [r for r in annotated.split(",") if r.strip()]
+    return sorted(
+        str(ipaddress.ip_network(r.strip(), strict=False)) for r in ranges or _ALL_SOURCES
+    )
+
+
+def find_problems(
     nodes: list[dict[str, Any]], services: list[dict[str, Any]], cloud: dict[str, Any]
-) -> list[str]:
+) -> list[Problem]:
     """What is still wrong with the cluster (empty once it has converged), from the Nodes
     and Services (as the API lists them) and the simulated cloud's state (`/_sim/state`)."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     node_names = sorted(
         n["metadata"]["name"] for n in nodes if not n["metadata"].get("deletionTimestamp")
     )
@@ -319,19 +374,37 @@ def check_invariants(
             info = ServiceInfo(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
             wanted[default_load_balancer_name(info)] = svc
             if not finalizer:
-                problems.append(f"Service {key}: no cleanup finalizer")
+                problems.append(
+                    Problem("finalizer-missing", f"Service {key}: no cleanup finalizer")
+                )
         elif finalizer:
-            problems.append(f"Service {key}: a finalizer is stranded (no load balancer wanted)")
+            problems.append(
+                Problem(
+                    "finalizer-stranded",
+                    f"Service {key}: a finalizer is stranded (no load balancer wanted)",
+                )
+            )
         elif svc.get("status", {}).get("loadBalancer", {}).get("ingress"):
-            problems.append(f"Service {key}: a stale ingress (no load balancer wanted)")
+            problems.append(
+                Problem(
+                    "stale-ingress", f"Service {key}: a stale ingress (no load balancer wanted)"
+                )
+            )
     lbs = {lb["name"]: lb for lb in cloud["loadBalancers"]}
+    served = {
+        f"{s['metadata']['namespace']}/{s['metadata']['name']}"
+        for n, s in wanted.items()
+        if n in lbs
+    }
     for name in sorted(set(lbs) - set(wanted)):
-        problems.append(f"load balancer {name} (for {lbs[name]['service']}): leaked")
+        owner = lbs[name]["service"]
+        kind = "duplicate" if owner in served else "leaked"
+        problems.append(Problem(kind, f"load balancer {name} (for {owner}): {kind}"))
     for name, svc in sorted(wanted.items()):
         key = f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"
         lb = lbs.get(name)
         if lb is None:
-            problems.append(f"Service {key}: no load balancer")
+            problems.append(Problem("missing", f"Service {key}: no load balancer"))
             continue
         have = sorted((p["port"], p["protocol"], p["nodePort"]) for p in lb["ports"])
         want = sorted(
@@ -339,29 +412,57 @@ def check_invariants(
             for p in svc["spec"]["ports"]
         )
         if have != want:
-            problems.append(f"Service {key}: load balancer ports {have}, Service ports {want}")
+            problems.append(
+                Problem("ports", f"Service {key}: load balancer ports {have}, Service ports {want}")
+            )
         if sorted(lb["nodes"]) != node_names:
-            problems.append(f"Service {key}: backends {sorted(lb['nodes'])}, Nodes {node_names}")
+            problems.append(
+                Problem(
+                    "backends", f"Service {key}: backends {sorted(lb['nodes'])}, Nodes {node_names}"
+                )
+            )
+        ranges = sorted(lb.get("sourceRanges") or _ALL_SOURCES)
+        if ranges != _source_ranges(svc):
+            problems.append(
+                Problem(
+                    "source-ranges",
+                    f"Service {key}: load balancer source ranges {ranges}, Service "
+                    f"{_source_ranges(svc)}",
+                )
+            )
         status = svc.get("status", {}).get("loadBalancer", {}).get("ingress", [])
         if [i.get("ip") for i in status] != [i["ip"] for i in lb["ingress"]]:
-            problems.append(f"Service {key}: status {status}, load balancer {lb['ingress']}")
+            problems.append(
+                Problem("status", f"Service {key}: status {status}, load balancer {lb['ingress']}")
+            )
     routes = {
         (r["targetNode"], r["destinationCIDR"]) for r in cloud["routes"] if not r["blackhole"]
     }
     for node in nodes:
         name, spec = node["metadata"]["name"], node["spec"]
         if any(t["key"] == TAINT_UNINITIALIZED for t in spec.get("taints", [])):
-            problems.append(f"Node {name}: not initialised")
+            problems.append(Problem("node-uninitialised", f"Node {name}: not initialised"))
         cidrs = spec.get("podCIDRs") or []
         if not cidrs:
-            problems.append(f"Node {name}: no pod CIDR")
-        problems += [f"Node {name}: no route for {c}" for c in cidrs if (name, c) not in routes]
+            problems.append(Problem("node-pod-cidr", f"Node {name}: no pod CIDR"))
+        problems += [
+            Problem("route-missing", f"Node {name}: no route for {c}")
+            for c in cidrs
+            if (name, c) not in routes
+        ]
     problems += [
-        f"route {cidr} -> {target}: the Node is gone"
+        Problem("route-stale", f"route {cidr} -> {target}: the Node is gone")
         for target, cidr in sorted(routes)
         if target not in node_names
     ]
     return problems
+
+
+def check_invariants(
+    nodes: list[dict[str, Any]], services: list[dict[str, Any]], cloud: dict[str, Any]
+) -> list[str]:
+    """`find_problems`, as messages."""
+    return [p.message for p in find_problems(nodes, services, cloud)]
 
 
 async def run_chaos(
@@ -421,11 +522,19 @@ async def run_chaos(
     return report
 
 
+_STEP_LIMIT_S: Final = 60.0  # a workload step takes no virtual time; this only bounds a hang
+
+
 async def _workload(world: _World, scope: trio.CancelScope) -> None:
     with scope:
         while True:
             await trio.sleep(world.rng.uniform(0.5, 3.0))
-            await world.workload_step()
+            # A step is whole even when the workload is stopped in the middle of it: an
+            # instance terminated without its Node marked Unknown (what kube-controller-
+            # manager would do) is a Ready Node that no CCM deletes, with a route the cloud
+            # blackholes (seed 137, short lease, about 1 run in 10 before this shield).
+            with trio.CancelScope(shield=True), trio.move_on_after(_STEP_LIMIT_S):
+                await world.workload_step()
 
 
 async def _disrupt(

@@ -16,19 +16,28 @@ and a Lease write made at the same instant; across processes, times order them.
 Lease writes a replica makes through its kube transport (in-process), and the sim cloud's
 call log gives the cloud writes (`cloud_writes`). Times are one clock for both (Trio's, in
 process; wall time across processes).
+
+Across processes (`bench/chaos.py`) the same records come from what the servers expose over
+HTTP: `lease_write_of` reads one state of the Lease (as a watch delivers each) and dates it
+by its `renewTime`, which its writer stamped (wall clock) before sending it, the same instant
+`LeaseRecorder` uses; `cloud_writes_of_log` reads the sim cloud's `/_sim/calls` and dates
+each call by its arrival (wall clock). Lease holders are client-go identities
+(`<hostname>_<uuid>`) and call-log replicas are the cloud config's `replica`; `identities`
+maps the former to the latter.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import httpx
 import trio
 
-from trio_ccm.testing.cloud.model import Call
+from trio_ccm.testing.cloud.model import JSON, Call
 
 __all__ = [
     "MUTATING_CLOUD_METHODS",
@@ -38,7 +47,9 @@ __all__ = [
     "LeaseWrite",
     "Violation",
     "cloud_writes",
+    "cloud_writes_of_log",
     "leadership_windows",
+    "lease_write_of",
     "violations",
 ]
 
@@ -167,6 +178,62 @@ def cloud_writes(calls: Sequence[Call]) -> list[CloudWrite]:
         for c in calls
         if c.method in MUTATING_CLOUD_METHODS
     ]
+
+
+def cloud_writes_of_log(
+    calls: Iterable[Mapping[str, JSON]], *, clock: str = "wall"
+) -> list[CloudWrite]:
+    """The mutating calls of a call log as `GET /_sim/calls` answers it, dated by `clock`
+    ("wall": the wall clock at arrival, comparable across processes; "time": Trio's)."""
+    if clock not in ("wall", "time"):
+        raise ValueError(f"clock={clock!r}: use 'wall' or 'time'")
+    found = []
+    for call in calls:
+        method, at = call.get("method"), call.get(clock)
+        if method not in MUTATING_CLOUD_METHODS:
+            continue
+        if not isinstance(at, int | float):
+            raise TypeError(f"call log entry {dict(call)!r}: no numeric {clock!r} time")
+        found.append(
+            CloudWrite(
+                float(at),
+                str(call.get("replica") or ""),
+                str(method),
+                str(call.get("target") or ""),
+            )
+        )
+    return found
+
+
+def _micro_time(value: str) -> float:
+    """A metav1.MicroTime (or Time) as seconds since the epoch."""
+    for layout in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            stamp = dt.datetime.strptime(value, layout)
+        except ValueError:
+            continue
+        return stamp.replace(tzinfo=dt.UTC).timestamp()
+    raise ValueError(f"{value!r} is not an RFC 3339 UTC time (2006-01-02T15:04:05.000000Z)")
+
+
+def lease_write_of(
+    lease: Mapping[str, JSON], *, identities: Mapping[str, str] | None = None
+) -> LeaseWrite | None:
+    """The write that produced this state of a Lease (as a watch event carries it): at its
+    `renewTime`, its resourceVersion as the order, by the holder it names (only a holder
+    writes itself in; a release, holder "", is by someone unknown: replica ""). Holders are
+    renamed through `identities` when listed there. None for a Lease with no renewTime."""
+    metadata, spec = lease.get("metadata"), lease.get("spec")
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        raise TypeError(f"not a Lease (no metadata or spec): {dict(lease)!r}")
+    renewed = spec.get("renewTime")
+    if not isinstance(renewed, str) or not renewed:
+        return None
+    holder = str(spec.get("holderIdentity") or "")
+    if identities is not None:
+        holder = identities.get(holder, holder)
+    version = int(str(metadata.get("resourceVersion") or 0))
+    return LeaseWrite(_micro_time(renewed), holder, holder, version)
 
 
 class LeaseRecorder(httpx.AsyncBaseTransport):

@@ -1,0 +1,908 @@
+"""Chaos: replicas of trio-ccm killed, frozen and shut down under load, then checked.
+
+    python bench/chaos.py [--quick] [--seed N] [--duration S] [--replicas N]
+                          [--leases short,default] [--nodes N] [--services N]
+                          [--converge-limit S] [--keep DIR]
+    python bench/chaos.py --in-process [--quick] [--seed N] [--schedules N]
+
+**Process mode** (the default), once per lease setting (`short`: lease 4 s / renew deadline
+3 s / retry 1 s; `default`: 15 s / 10 s / 2 s): one `trio-ccm testbed` process (the
+emulator, the sim cloud and its kubelets on loopback) and `--replicas` `trio-ccm` processes
+electing a leader on the Lease. For `--duration` seconds, three seeded random streams run
+at once:
+
+- a workload, as users and the cloud make it: Services created (type LoadBalancer, one or
+  two ports, sometimes source ranges), their ports, type, source ranges and annotations
+  changed, Services deleted; instances added (their kubelet registers a Node), instances
+  terminated (their Node goes Unknown and the CCM deletes it), Nodes deleted;
+- cloud faults through the sim cloud's `/_sim/faults`: every 10-30 s a new random mix of
+  500s and 503s, throttling (429 with Retry-After) and latency, or none;
+- kill points: every few seconds one replica (the leader, 80 % of the time) gets SIGKILL,
+  SIGSTOP then SIGCONT (a freeze of 0.5-2 lease durations), SIGTERM (graceful drain) or
+  SIGTERM twice (the second 0-2 s after the first). A replica that has exited is started
+  again 0.5-3 s later, as a Deployment would, under a new name.
+
+Then it quiesces (faults cleared, workload stopped, every replica running) and polls, over
+HTTP, until every invariant holds or `--converge-limit` runs out (`trio_ccm.testing.chaos.
+find_problems`: no leaked, duplicate or missing load balancer; ports, backends, source
+ranges and ingress right; no missing or stranded finalizer; Nodes initialised, with pod
+CIDRs and routes, and no route to a gone Node). Last, the referee
+(`trio_ccm.testing.referee`) judges every mutating call in the sim cloud's call log
+(`/_sim/calls`, dated by the wall clock at arrival, named by the replica's cloud config)
+against the Lease's history (every state the bench's watch on the Lease delivered, dated by
+its `renewTime`, which the writer stamped before sending; holders mapped to replicas through
+each replica's `lease.campaign-started` log line): a write outside its replica's leadership
+is a violation.
+
+Handover under load, for every kill point that hit the leader, from the signal (the wall
+time just before `kill(2)`; for a double SIGTERM, the first):
+
+- `acquire_s`: to the first Lease write naming another replica (its renewTime stamp);
+- `first_write_s`: to that replica's first mutating cloud call (arrival at the sim cloud).
+
+Only handovers that happen before the next kill point count (a short freeze usually has
+none: the frozen leader renews again). `exit_s` is from the signal to the process's exit
+(for a double SIGTERM, from the second signal; one whose target exited before the second
+signal is not counted).
+
+**In-process mode** (`--in-process`): `--schedules` runs of `trio_ccm.testing.chaos.
+run_chaos` (seeds from `--seed` on, leases alternating short/default), each under
+`trio.testing.MockClock`: graceful and double shutdowns, kills, partitions and freezes of
+three in-process replicas; the same referee and invariants.
+
+Prints progress, then one JSON object as the last line. Exits 1 if there is any violation
+(a referee violation or an invariant still broken at the convergence limit), else 0.
+Benchmarks print numbers; they never assert on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import structlog
+import trio
+import trio.testing
+
+from trio_ccm.testing.chaos import LEASES, ChaosConfig, Problem, find_problems, run_chaos
+from trio_ccm.testing.cloud import write_cloud_config
+from trio_ccm.testing.referee import (
+    CloudWrite,
+    LeaseWrite,
+    cloud_writes_of_log,
+    lease_write_of,
+    violations,
+)
+
+CLI: Final = (sys.executable, "-m", "trio_ccm")
+LEASE_PATH: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+LEASE_NAME: Final = "cloud-controller-manager"
+CLUSTER_CIDR: Final = "10.244.0.0/16"
+SERVICES_PATH: Final = "/api/v1/namespaces/default/services"
+KINDS: Final = ("kill", "freeze", "graceful", "double")
+POLL_S: Final = 0.5
+MAX_SERVICES: Final = 40  # the sim cloud's ingress pool has 254 addresses
+MIN_RUNNING_INSTANCES: Final = 2
+MERGE: Final = {"content-type": "application/merge-patch+json"}
+
+
+# -- the processes --------------------------------------------------------------------------
+@dataclass(eq=False)
+class Incarnation:
+    """One start of a replica: its name in the cloud's call log, its process and its log."""
+
+    name: str
+    process: trio.Process
+    log: Path
+    started_at: float
+    identity: str = ""  # its Lease identity, read from its log
+    exited_at: float | None = None
+    frozen: bool = False
+
+    def read_identity(self) -> str:
+        """The identity it campaigns under (`lease.campaign-started`), once logged."""
+        if not self.identity:
+            with contextlib.suppress(OSError), self.log.open() as lines:
+                for line in lines:
+                    if '"lease.campaign-started"' in line:
+                        with contextlib.suppress(ValueError):
+                            self.identity = str(json.loads(line).get("identity") or "")
+                        break
+        return self.identity
+
+    @property
+    def running(self) -> bool:
+        return self.exited_at is None
+
+
+@dataclass
+class Disruption:
+    """A kill point: what was done to which replica, when (wall), and what followed."""
+
+    kind: str
+    target: str
+    at: float
+    leader: bool
+    second_at: float | None = None  # a double SIGTERM's second signal
+
+
+@dataclass
+class World:
+    """Everything one process-mode run shares."""
+
+    args: argparse.Namespace
+    lease: str
+    dir: Path
+    kubeconfig: Path
+    api: httpx.AsyncClient
+    cloud: httpx.AsyncClient
+    rng: random.Random
+    incarnations: list[Incarnation] = field(default_factory=list)
+    slots: list[Incarnation | None] = field(default_factory=list)
+    disruptions: list[Disruption] = field(default_factory=list)
+    lease_states: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    holder: str = ""
+    workload: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    restarting: bool = True
+    services: int = 0
+    instances: int = 0
+
+    @property
+    def timing(self) -> tuple[float, float, float]:
+        return LEASES[self.lease]
+
+    def ccm_argv(self, config: Path) -> list[str]:
+        duration, deadline, retry = self.timing
+        return [
+            *CLI,
+            "--cloud-provider=sim",
+            f"--cloud-config={config}",
+            f"--kubeconfig={self.kubeconfig}",
+            "--secure-port=0",
+            f"--cluster-cidr={CLUSTER_CIDR}",
+            "--allocate-node-cidrs",
+            f"--leader-elect-lease-duration={duration:g}s",
+            f"--leader-elect-renew-deadline={deadline:g}s",
+            f"--leader-elect-retry-period={retry:g}s",
+            "--route-reconciliation-period=5s",
+            "--logging-format=json",
+        ]
+
+    def leader(self) -> Incarnation | None:
+        """The running incarnation the Lease names now, if its identity is known."""
+        for inc in self.slots:
+            if inc is not None and inc.running and inc.read_identity() == self.holder:
+                return inc
+        return None
+
+
+async def start_incarnation(world: World, slot: int, generation: int) -> Incarnation:
+    name = f"r{slot}.{generation}"
+    config = world.dir / f"cloud-{name}.yaml"
+    write_cloud_config(config, url=str(world.cloud.base_url).rstrip("/"), replica=name)
+    log = world.dir / f"{name}.log"
+    with log.open("wb") as err:
+        process = await trio.lowlevel.open_process(
+            world.ccm_argv(config), stdout=subprocess.DEVNULL, stderr=err
+        )
+    inc = Incarnation(name, process, log, time.time())
+    world.incarnations.append(inc)
+    world.slots[slot] = inc
+    return inc
+
+
+async def run_slot(world: World, slot: int) -> None:
+    """Keep one replica running: start it, and start it again after it exits."""
+    generation = 0
+    while world.restarting:
+        inc = await start_incarnation(world, slot, generation)
+        generation += 1
+        await inc.process.wait()
+        inc.exited_at = time.time()
+        if not world.restarting:
+            return
+        await trio.sleep(world.rng.uniform(0.5, 3.0))
+
+
+async def watch_lease(world: World) -> None:
+    """Record every state of the CCM's Lease, with the wall time it was seen."""
+    selector = {"fieldSelector": f"metadata.name={LEASE_NAME}"}
+    version = ""
+    while True:
+        if not version:
+            listed = await world.api.get(LEASE_PATH, params=selector)
+            listed.raise_for_status()
+            body = listed.json()
+            for item in body["items"]:
+                seen(world, item)
+            version = body["metadata"]["resourceVersion"]
+        params = {**selector, "watch": "1", "resourceVersion": version, "timeoutSeconds": "60"}
+        try:
+            async with world.api.stream("GET", LEASE_PATH, params=params, timeout=None) as stream:
+                async for line in stream.aiter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":  # 410 Gone: list again
+                        version = ""
+                        break
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        seen(world, obj)
+        except httpx.TransportError:
+            await trio.sleep(0.1)
+
+
+def seen(world: World, lease: dict[str, Any]) -> None:
+    world.lease_states.append((time.time(), lease))
+    world.holder = str(lease.get("spec", {}).get("holderIdentity") or "")
+
+
+# -- the workload and the faults ---------------------------------------------------------------
+def ports(rng: random.Random) -> list[dict[str, Any]]:
+    numbers = rng.sample(range(80, 90), rng.choice((1, 1, 2)))
+    return [{"name": f"p{n}", "port": n, "protocol": "TCP"} for n in numbers]
+
+
+def source_ranges(rng: random.Random) -> list[str] | None:
+    if rng.random() < 0.5:
+        return None
+    return [f"10.{rng.randrange(256)}.0.0/16" for _ in range(rng.choice((1, 2)))]
+
+
+async def service_names(world: World) -> list[str]:
+    response = await world.api.get(SERVICES_PATH)
+    response.raise_for_status()
+    return sorted(
+        s["metadata"]["name"]
+        for s in response.json()["items"]
+        if s["metadata"]["name"].startswith("svc-") and not s["metadata"].get("deletionTimestamp")
+    )
+
+
+async def create_service(world: World) -> None:
+    name = f"svc-{world.services:03}"
+    world.services += 1
+    spec: dict[str, Any] = {"type": "LoadBalancer", "selector": {"app": name}}
+    spec["ports"] = ports(world.rng)
+    ranges = source_ranges(world.rng)
+    if ranges:
+        spec["loadBalancerSourceRanges"] = ranges
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+    (await world.api.post(SERVICES_PATH, json=body)).raise_for_status()
+
+
+async def patch(world: World, path: str, body: dict[str, Any]) -> None:
+    response = await world.api.patch(path, json=body, headers=MERGE)
+    if response.status_code not in (200, 404, 409, 422):
+        response.raise_for_status()
+
+
+async def add_instance(world: World) -> None:
+    name = f"chaos-{world.instances:04}"
+    world.instances += 1
+    (await world.cloud.post("/_sim/instances", json={"name": name})).raise_for_status()
+
+
+async def workload_step(world: World) -> str:
+    """One random change a user (or the cloud) makes; returns its kind."""
+    rng = world.rng
+    names = await service_names(world)
+    roll = rng.random()
+    if (roll < 0.2 or not names) and len(names) < MAX_SERVICES:
+        await create_service(world)
+        return "service-create"
+    path = f"{SERVICES_PATH}/{rng.choice(names)}"
+    if roll < 0.3:
+        await patch(world, path, {"spec": {"ports": ports(rng)}})
+        return "service-ports"
+    if roll < 0.4:
+        await patch(world, path, {"spec": {"loadBalancerSourceRanges": source_ranges(rng)}})
+        return "service-source-ranges"
+    if roll < 0.47:
+        kind = rng.choice(("ClusterIP", "LoadBalancer"))
+        await patch(world, path, {"spec": {"type": kind}})
+        return "service-type"
+    if roll < 0.52:
+        note = {"sim.trio-ccm.dev/load-balancer-description": f"rev {rng.randrange(1000)}"}
+        await patch(world, path, {"metadata": {"annotations": note}})
+        return "service-annotation"
+    if roll < 0.62:
+        response = await world.api.delete(path)
+        if response.status_code not in (200, 404):
+            response.raise_for_status()
+        return "service-delete"
+    if roll < 0.8:
+        await add_instance(world)
+        return "instance-add"
+    listed = await world.cloud.get("/_sim/instances")
+    listed.raise_for_status()
+    running = [i for i in listed.json()["instances"] if i["state"] == "running"]
+    if len(running) <= MIN_RUNNING_INSTANCES + 1:
+        await add_instance(world)
+        return "instance-add"
+    victim = rng.choice(running)
+    if roll < 0.93:
+        done = await world.cloud.post(f"/_sim/instances/{victim['id']}/terminate")
+        done.raise_for_status()
+        return "instance-terminate"
+    response = await world.api.delete(f"/api/v1/nodes/{victim['name']}")
+    if response.status_code not in (200, 404):
+        response.raise_for_status()
+    return "node-delete"
+
+
+async def run_workload(world: World) -> None:
+    while True:
+        await trio.sleep(world.rng.uniform(0.3, 1.5))
+        world.workload[await workload_step(world)] += 1
+
+
+FAULT_MENU: Final = (
+    (
+        "error-500-loadbalancers",
+        "error",
+        {"method": "loadbalancers", "status": 500, "probability": 0.2},
+    ),
+    ("error-503-routes", "error", {"method": "routes", "status": 503, "probability": 0.2}),
+    ("error-500-instances", "error", {"method": "instances", "status": 500, "probability": 0.1}),
+    ("throttle", "throttle", {"target": "*", "ratePerSecond": 5, "burst": 10}),
+    (
+        "latency-loadbalancers",
+        "latency",
+        {"method": "loadbalancers", "fixedSeconds": 0.05, "jitterSeconds": 2.0},
+    ),
+    ("latency-all", "latency", {"method": "*", "fixedSeconds": 0.0, "jitterSeconds": 0.3}),
+)
+
+
+async def run_faults(world: World) -> None:
+    """Every 10-30 s, a new random mix of cloud faults (sometimes none)."""
+    while True:
+        (await world.cloud.delete("/_sim/faults")).raise_for_status()
+        for label, kind, rule in FAULT_MENU:
+            if world.rng.random() < 0.35:
+                added = await world.cloud.post(f"/_sim/faults/{kind}", json=rule)
+                added.raise_for_status()
+                world.faults[label] += 1
+        await trio.sleep(world.rng.uniform(10.0, 30.0))
+
+
+# -- kill points ------------------------------------------------------------------------------
+async def disrupt(world: World, nursery: trio.Nursery) -> None:
+    rng = world.rng
+    duration, _deadline, _retry = world.timing
+    running = [i for i in world.slots if i is not None and i.running and not i.frozen]
+    if not running:
+        return
+    leader = world.leader()
+    target = leader if leader in running and rng.random() < 0.8 else rng.choice(running)
+    kind = rng.choice(KINDS)
+    event = Disruption(kind, target.name, time.time(), target is leader)
+    world.disruptions.append(event)
+    process = target.process
+    if kind == "kill":
+        process.send_signal(signal.SIGKILL)
+    elif kind == "graceful":
+        process.send_signal(signal.SIGTERM)
+    elif kind == "double":
+        process.send_signal(signal.SIGTERM)
+        await trio.sleep(rng.uniform(0.0, 2.0))
+        if process.returncode is None:
+            event.second_at = time.time()
+            process.send_signal(signal.SIGTERM)
+    else:
+        process.send_signal(signal.SIGSTOP)
+        target.frozen = True
+        nursery.start_soon(thaw, target, rng.uniform(0.5, 2.0) * duration)
+
+
+async def thaw(inc: Incarnation, after_s: float) -> None:
+    try:
+        await trio.sleep(after_s)
+    finally:
+        if inc.process.returncode is None:
+            inc.process.send_signal(signal.SIGCONT)
+        inc.frozen = False
+
+
+async def run_disruptions(world: World, nursery: trio.Nursery, until: float) -> None:
+    duration, _deadline, _retry = world.timing
+    low, high = world.args.spacing
+    while True:
+        await trio.sleep(world.rng.uniform(low, high) * duration)
+        if time.time() >= until:
+            return
+        await disrupt(world, nursery)
+
+
+# -- checks -------------------------------------------------------------------------------------
+async def problems(world: World) -> list[Problem]:
+    nodes = await world.api.get("/api/v1/nodes")
+    services = await world.api.get("/api/v1/services")
+    state = await world.cloud.get("/_sim/state")
+    for response in (nodes, services, state):
+        response.raise_for_status()
+    return find_problems(nodes.json()["items"], services.json()["items"], state.json())
+
+
+async def wait_until_converged(world: World, limit_s: float) -> tuple[float, list[Problem]]:
+    began = time.time()
+    with trio.move_on_after(limit_s):
+        while await problems(world):  # noqa: ASYNC110 - state in other processes: poll
+            await trio.sleep(POLL_S)
+        return time.time() - began, []
+    return math.inf, await problems(world)
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def handovers(
+    disruptions: list[Disruption],
+    lease_writes: list[LeaseWrite],
+    writes: list[CloudWrite],
+    exits: dict[str, float | None],
+) -> dict[str, dict[str, list[float]]]:
+    """Per kind of kill point on the leader: acquire_s, first_write_s, exit_s (see the module
+    docstring)."""
+    found: dict[str, dict[str, list[float]]] = {
+        k: {"acquire_s": [], "first_write_s": [], "exit_s": []} for k in KINDS
+    }
+    ordered = sorted(lease_writes, key=lambda w: w.version)
+    for index, event in enumerate(disruptions):
+        figures = found[event.kind]
+        exited = exits.get(event.target)
+        # A double SIGTERM whose target exited before the second signal is not counted.
+        counted = event.kind != "freeze" and (event.kind != "double" or event.second_at)
+        if counted and exited is not None:
+            figures["exit_s"].append(exited - (event.second_at or event.at))
+        if not event.leader:
+            continue
+        horizon = disruptions[index + 1].at if index + 1 < len(disruptions) else math.inf
+        taken = next(
+            (w for w in ordered if w.at > event.at and w.holder and w.holder != event.target),
+            None,
+        )
+        if taken is None or taken.at >= horizon:
+            continue
+        figures["acquire_s"].append(taken.at - event.at)
+        first = next(
+            (
+                w
+                for w in sorted(writes, key=lambda w: w.at)
+                if w.replica == taken.holder and w.at >= taken.at
+            ),
+            None,
+        )
+        if first is not None and first.at < horizon:
+            figures["first_write_s"].append(first.at - event.at)
+    return found
+
+
+async def read_testbed(process: trio.Process) -> tuple[str, str]:
+    """The emulator's and the cloud's URLs, from the testbed's stdout."""
+    assert process.stdout is not None
+    buffer, lines = b"", list[str]()
+    while not any("nodes registered" in line for line in lines):
+        chunk = await process.stdout.receive_some()
+        if not chunk:
+            raise RuntimeError(f"the testbed exited before it was ready; it printed {lines}")
+        buffer += chunk
+        *done, buffer = buffer.split(b"\n")
+        lines += [line.decode() for line in done]
+
+    def url(prefix: str) -> str:
+        return next(line.rsplit(" ", 1)[1] for line in lines if line.startswith(prefix))
+
+    return url("apiserver listening on"), url("sim cloud listening on")
+
+
+async def run_process_mode(
+    args: argparse.Namespace, lease: str, seed: int, dir: Path
+) -> dict[str, Any] | None:
+    """One run (testbed + replicas) under one lease setting; its figures, or None when
+    SIGTERM or SIGINT stopped it (the processes it started are stopped first)."""
+    found: list[dict[str, Any]] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_on_signal)
+            found.append(await one_run(args, lease, seed, dir))
+            nursery.cancel_scope.cancel()
+    return found[0] if found else None
+
+
+async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) -> dict[str, Any]:
+    kubeconfig, cloud_config = dir / "kubeconfig", dir / "cloud.yaml"
+    testbed_argv = [
+        *CLI,
+        "testbed",
+        f"--nodes={args.nodes}",
+        f"--seed={seed}",
+        f"--kubeconfig-out={kubeconfig}",
+        f"--cloud-config-out={cloud_config}",
+    ]
+    began = time.time()
+    with (dir / "testbed.log").open("wb") as err:
+        testbed = await trio.lowlevel.open_process(testbed_argv, stdout=subprocess.PIPE, stderr=err)
+    try:
+        with trio.fail_after(60):
+            api_url, cloud_url = await read_testbed(testbed)
+        async with (
+            httpx.AsyncClient(base_url=api_url, timeout=30) as api,
+            httpx.AsyncClient(base_url=cloud_url, timeout=30) as cloud,
+        ):
+            world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
+            world.slots = [None] * args.replicas
+            try:
+                return await drive(world, began)
+            finally:  # also when the bench fails or is stopped: leave no replica behind
+                for inc in world.incarnations:
+                    if inc.process.returncode is None:
+                        inc.process.kill()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            testbed.send_signal(signal.SIGTERM)
+        with trio.CancelScope(shield=True), trio.move_on_after(10):  # stopping, even when stopped
+            await testbed.wait()
+        if testbed.returncode is None:
+            testbed.kill()
+
+
+async def drive(world: World, began: float) -> dict[str, Any]:
+    args = world.args
+    _duration, _deadline, _retry = world.timing
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_lease, world)
+        slots = trio.CancelScope()
+
+        async def keep_running() -> None:
+            with slots:
+                async with trio.open_nursery() as inner:
+                    for slot in range(args.replicas):
+                        inner.start_soon(run_slot, world, slot)
+
+        nursery.start_soon(keep_running)
+        for _ in range(args.services):
+            await create_service(world)
+        with trio.fail_after(120):
+            while not world.holder or (await problems(world)):  # noqa: ASYNC110
+                await trio.sleep(POLL_S)
+        settled = time.time()
+        print(
+            f"  [{world.lease}] settled after {settled - began:.1f} s; chaos for "
+            f"{args.duration:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        async with trio.open_nursery() as chaos:
+            chaos.start_soon(run_workload, world)
+            chaos.start_soon(run_faults, world)
+            await run_disruptions(world, chaos, settled + args.duration)
+            chaos.cancel_scope.cancel()  # the workload, the faults, and any freeze (thawed)
+        (await world.cloud.delete("/_sim/faults")).raise_for_status()
+        calm = time.time()
+        print(
+            f"  [{world.lease}] {len(world.disruptions)} kill points; quiescing",
+            file=sys.stderr,
+            flush=True,
+        )
+        with trio.fail_after(60):
+            while sum(1 for i in world.slots if i is not None and i.running) < args.replicas:  # noqa: ASYNC110
+                await trio.sleep(POLL_S)  # the slots restart what died
+        converged_s, left = await wait_until_converged(world, args.converge_limit)
+        world.restarting = False
+        for inc in world.slots:
+            if inc is not None and inc.running:
+                inc.process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(30):
+            while any(i.running for i in world.incarnations):  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        slots.cancel()
+        await trio.sleep(0.5)  # the last Lease states (the release) reach the watch
+        nursery.cancel_scope.cancel()
+    calls_response = await world.cloud.get("/_sim/calls")
+    calls_response.raise_for_status()
+    calls = calls_response.json()["calls"]
+    return judge(world, calls, converged_s, left, calm - began)
+
+
+def write_timeline(world: World, history: list[LeaseWrite], writes: list[CloudWrite]) -> None:
+    """With --keep: every Lease write, cloud write, kill point, start and exit, in time order,
+    to DIR/<lease>/timeline.txt (what to read when a violation is reported)."""
+    if not world.args.keep:
+        return
+    rows = [(w.at, f"lease v{w.version} holder={w.holder or '-'}") for w in history]
+    rows += [(w.at, f"cloud {w.replica} {w.method} {w.target}") for w in writes]
+    rows += [(d.at, f"KILL POINT {d.kind} {d.target} leader={d.leader}") for d in world.disruptions]
+    rows += [
+        (d.second_at, f"KILL POINT second SIGTERM {d.target}")
+        for d in world.disruptions
+        if d.second_at is not None
+    ]
+    rows += [(i.started_at, f"start {i.name} ({i.read_identity()})") for i in world.incarnations]
+    rows += [
+        (i.exited_at, f"exit {i.name} code {i.process.returncode}")
+        for i in world.incarnations
+        if i.exited_at is not None
+    ]
+    lines = [f"{at:.3f} {text}" for at, text in sorted(rows)]
+    (world.dir / "timeline.txt").write_text("\n".join(lines) + "\n")
+
+
+def judge(
+    world: World,
+    calls: list[dict[str, Any]],
+    converged_s: float,
+    left: list[Problem],
+    chaos_s: float,
+) -> dict[str, Any]:
+    duration, _deadline, _retry = world.timing
+    identities = {i.read_identity(): i.name for i in world.incarnations if i.read_identity()}
+    lease_writes = [
+        w
+        for _, state in world.lease_states
+        if (w := lease_write_of(state, identities=identities)) is not None
+    ]
+    unique = {w.version: w for w in lease_writes}  # a relist may repeat a state
+    history = sorted(unique.values(), key=lambda w: w.version)
+    unknown = sorted(
+        {w.holder for w in history if w.holder and w.holder not in identities.values()}
+    )
+    writes = cloud_writes_of_log(calls)
+    found = violations(history, writes, lease_duration_s=duration)
+    kinds: Counter[str] = Counter(p.kind for p in left)
+    kinds["write-outside-leadership"] += len(found)
+    holders = [w.holder for w in history if w.holder]
+    exits = {i.name: i.exited_at for i in world.incarnations}
+    write_timeline(world, history, writes)
+    lags = [
+        seen - w.at
+        for (seen, state) in world.lease_states
+        if (w := lease_write_of(state)) is not None
+    ]
+    return {
+        "lease": world.lease,
+        "lease_timing_s": list(world.timing),
+        "kill_points": dict(Counter(d.kind for d in world.disruptions)),
+        "kill_points_on_leader": dict(Counter(d.kind for d in world.disruptions if d.leader)),
+        "violations": {k: v for k, v in kinds.items() if v},
+        "violation_examples": [str(v) for v in found[:10]] + [str(p) for p in left[:10]],
+        "handover": {
+            kind: {name: spread(values) for name, values in figures.items()}
+            for kind, figures in handovers(world.disruptions, history, writes, exits).items()
+        },
+        "convergence_s": None if math.isinf(converged_s) else round(converged_s, 2),
+        "cloud_calls": len(calls),
+        "cloud_writes": len(writes),
+        "cloud_calls_by_status": dict(Counter(str(c["status"]) for c in calls)),
+        "lease_writes": len(history),
+        "takeovers": sum(1 for a, b in itertools.pairwise(holders) if a != b),
+        "lease_identities_unmapped": unknown,
+        "lease_watch_lag_max_s": round(max(lags), 3) if lags else None,
+        "replica_starts": len(world.incarnations),
+        "workload": dict(world.workload),
+        "fault_rules": dict(world.faults),
+        "chaos_s": round(chaos_s, 1),
+    }
+
+
+# -- in-process mode ------------------------------------------------------------------------------
+def quiet_logging(level: str) -> None:
+    """The bench's own choice for the in-process replicas' logs (library code never
+    configures logging): stderr, at `level` and above, no tracebacks rendered with locals."""
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.KeyValueRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+    )
+
+
+def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
+    quiet_logging(args.log_level)
+    seeds = list(range(args.seed, args.seed + args.schedules))
+    kill_points: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    examples: list[str] = []
+    handover: dict[str, list[float]] = {"short": [], "default": []}
+    converged: dict[str, list[float]] = {"short": [], "default": []}
+    cloud_writes = 0
+    virtual_s = 0.0
+    for index, seed in enumerate(seeds):
+        lease = "short" if index % 2 == 0 else "default"
+        config = ChaosConfig(seed=seed, lease=lease)  # type: ignore[arg-type]
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        report = trio.run(partial(run_chaos, config, clock=clock), clock=clock)
+        kill_points.update(report.actions)
+        kinds["write-outside-leadership"] += len(report.violations)
+        kinds["not-converged"] += len(report.problems)
+        examples += [f"seed {seed} ({lease}): {v}" for v in report.violations + report.problems]
+        handover[lease] += report.handovers_s
+        if math.isfinite(report.converged_s):
+            converged[lease].append(report.converged_s)
+        cloud_writes += sum(report.cloud_writes.values())
+        virtual_s += report.virtual_s
+        if not report.ok:
+            print(f"  seed {seed} ({lease}): NOT OK", file=sys.stderr, flush=True)
+        if (index + 1) % 25 == 0:
+            print(f"  {index + 1} schedules", file=sys.stderr, flush=True)
+    return {
+        "seeds": [seeds[0], seeds[-1]] if seeds else [],
+        "schedules": len(seeds),
+        "kill_points": dict(kill_points),
+        "kill_points_total": sum(kill_points.values()),
+        "violations": {k: v for k, v in kinds.items() if v},
+        "violations_total": sum(kinds.values()),
+        "violation_examples": examples[:20],
+        "handover": {
+            lease: {"graceful": {"acquire_s": spread(values)}} for lease, values in handover.items()
+        },
+        "convergence_s": {lease: spread(values) for lease, values in converged.items()},
+        "cloud_calls": cloud_writes,
+        "virtual_s": round(virtual_s, 1),
+    }
+
+
+# -- main ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def workdir(keep: str | None) -> Iterator[Path]:
+    if keep:
+        path = Path(keep)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix="trio-ccm-chaos-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    kill_points: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    for run in runs:
+        kill_points.update(run["kill_points"])
+        kinds.update(run["violations"])
+    return {
+        "kill_points": dict(kill_points),
+        "kill_points_total": sum(kill_points.values()),
+        "violations": dict(kinds),
+        "violations_total": sum(kinds.values()),
+        "handover": {run["lease"]: run["handover"] for run in runs},
+        "convergence_s": {run["lease"]: run["convergence_s"] for run in runs},
+        "cloud_calls": sum(run["cloud_calls"] for run in runs),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short seeded run (~30 s)")
+    parser.add_argument("--in-process", action="store_true", help="run_chaos schedules instead")
+    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    parser.add_argument("--schedules", type=int, help="in-process schedules (default 300; quick 4)")
+    parser.add_argument(
+        "--duration", type=float, help="seconds of chaos per lease setting (default 600; quick 12)"
+    )
+    parser.add_argument("--replicas", type=int, default=3, help="trio-ccm processes (default 3)")
+    parser.add_argument("--leases", help="short,default (default both; quick short)")
+    parser.add_argument("--nodes", type=int, help="instances at start (default 10; quick 3)")
+    parser.add_argument("--services", type=int, help="Services at start (default 8; quick 3)")
+    parser.add_argument(
+        "--spacing",
+        help="kill points every LOW-HIGH lease durations "
+        "(default 1.2-2.5 for short, 0.6-1.8 for default; quick 0.5-1)",
+    )
+    parser.add_argument("--converge-limit", type=float, help="seconds (default 300; quick 60)")
+    parser.add_argument("--keep", metavar="DIR", help="keep logs and configs in DIR")
+    parser.add_argument(
+        "--log-level", default="critical", help="in-process replicas' logs, to stderr"
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    began = time.perf_counter()
+    if args.in_process:
+        args.schedules = args.schedules or (4 if quick else 300)
+        print(
+            f"chaos, in-process: {args.schedules} run_chaos schedules from seed {args.seed}",
+            flush=True,
+        )
+        figures = {"mode": "in-process", **run_in_process(args)}
+    else:
+        args.duration = args.duration if args.duration is not None else (12.0 if quick else 600.0)
+        args.nodes = args.nodes if args.nodes is not None else (3 if quick else 10)
+        args.services = args.services if args.services is not None else (3 if quick else 8)
+        args.converge_limit = args.converge_limit or (60.0 if quick else 300.0)
+        leases = (args.leases or ("short" if quick else "short,default")).split(",")
+        if any(lease not in LEASES for lease in leases):
+            parser.error(f"--leases {args.leases}: use short, default or short,default")
+        runs = []
+        for index, lease in enumerate(leases):
+            run_args = argparse.Namespace(**vars(args))
+            if args.spacing:
+                low, high = (float(x) for x in args.spacing.split("-"))
+            else:
+                low, high = (
+                    (0.5, 1.0) if quick else ((1.2, 2.5) if lease == "short" else (0.6, 1.8))
+                )
+            run_args.spacing = (low, high)
+            seed = args.seed + index
+            print(
+                f"chaos, processes: lease {lease} {LEASES[lease]}, {args.replicas} replicas, "
+                f"seed {seed}",
+                flush=True,
+            )
+            with workdir(args.keep and str(Path(args.keep) / lease)) as dir:
+                run = trio.run(run_process_mode, run_args, lease, seed, dir)
+            if run is None:
+                print("stopped by a signal", file=sys.stderr)
+                return 130
+            run["seed"] = seed
+            runs.append(run)
+            print(
+                f"  [{lease}] kill points {run['kill_points']}, violations "
+                f"{run['violations'] or 0}, converged in {run['convergence_s']} s",
+                flush=True,
+            )
+            for example in run["violation_examples"]:
+                print(f"    {example}", flush=True)
+        figures = {
+            "mode": "process",
+            "seeds": [run["seed"] for run in runs],
+            **combine(runs),
+            "runs": runs,
+            "replicas": args.replicas,
+            "duration_s": args.duration,
+        }
+    figures.update(
+        {
+            "quick": quick,
+            "total_s": round(time.perf_counter() - began, 1),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        }
+    )
+    print(json.dumps(figures))
+    return 1 if figures["violations_total"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
