@@ -129,7 +129,7 @@ class World:
     sequence: itertools.count[int] = field(default_factory=itertools.count)
     replicas: list[Replica] = field(default_factory=list)
 
-    async def start(self, name: str) -> Replica:
+    async def start(self, name: str, *flags: str) -> Replica:
         duration, deadline, retry = LEASE
         settings = parse_flags(
             [
@@ -139,6 +139,7 @@ class World:
                 f"--leader-elect-lease-duration={duration:g}s",
                 f"--leader-elect-renew-deadline={deadline:g}s",
                 f"--leader-elect-retry-period={retry:g}s",
+                *flags,
             ]
         )
         kube = Link(self.api.transport())
@@ -218,6 +219,43 @@ async def test_a_graceful_shutdown_renews_while_it_drains_and_hands_over_after(
     assert max(renewed) >= shut_at + 4.0  # renewing past a lease duration of draining
     assert released == [a.stopped_at]  # released once, when everything had stopped
     assert took <= 6.0  # no longer than the in-flight steps
+    assert w.violations() == []
+
+
+async def test_a_drain_under_load_leaves_steps_queued_for_the_cloud_to_the_next_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """20 Services behind a load-balancer budget of one call per 2 s: shut down while one
+    ensure is under way and 19 wait for a token; the leader finishes only the call under
+    way (its 2 s writes) and hands over long before the 10 s grace, and the next leader
+    gives every Service its load balancer; no write outside leadership."""
+    names = [f"web-{i}" for i in range(20)]
+
+    def provisioned() -> bool:
+        return all(
+            w.api.get("v1", "Service", name, "default")
+            .get("status", {})
+            .get("loadBalancer", {})
+            .get("ingress")
+            for name in names
+        )
+
+    with trio.fail_after(300):
+        async with world(services=len(names)) as w:
+            a = await w.start("ccm-a", "--cloud-api-rate=load_balancers=0.5:1")
+            await a.serving.wait_leading()
+            b = await w.start("ccm-b")
+            await trio.sleep(1.0)  # one ensure under way (its writes end at 6 s)
+            shut_at = trio.current_time()
+            a.serving.shut_down()
+            await a.done.wait()
+            await b.serving.wait_leading()
+            took = trio.current_time() - shut_at
+            while not provisioned():
+                await trio.sleep(1.0)
+    assert took <= 6.0  # the call under way, not the queue (19 more tokens: 38 s)
+    a_ensures = {x.target for x in a.cloud.writes}
+    assert len(a_ensures) <= 2  # the step under way (and none started after the drain began)
     assert w.violations() == []
 
 

@@ -50,6 +50,7 @@ import structlog
 import trio
 
 from trio_ccm.actors.backoff import Backoff, retry_after_s
+from trio_ccm.cloud import drain
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Object, resource_version_number
 from trio_ccm.logs import get_logger
@@ -156,6 +157,7 @@ class _Actor(Generic[V]):
         "scope",
         "since",
         "state",
+        "step",
         "value",
         "waiter",
         "written",
@@ -170,6 +172,7 @@ class _Actor(Generic[V]):
         self.idle_deadline = 0.0  # trio time the child exits if still idle
         self.waiter: trio.lowlevel.Task | None = None  # set while parked idle
         self.scope: trio.CancelScope | None = None  # set while in a handler call
+        self.step: drain.Step | None = None  # the same call, as the cloud budget sees it
         self.backoff_scope: trio.CancelScope | None = None  # set while backing off
         self.written = -1  # resourceVersion of the handler's last write (-1: none known)
 
@@ -332,6 +335,8 @@ class KeyedActors(Generic[K, V]):
         for actor in self._actors.values():
             if actor.scope is not None:
                 actor.scope.deadline = min(actor.scope.deadline, self._grace_deadline)
+            if actor.step is not None:
+                drain.drain(actor.step)  # one still queued for a cloud token stops now
 
     # -- one child -------------------------------------------------------------------------
     async def _run(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> None:
@@ -403,8 +408,13 @@ class KeyedActors(Generic[K, V]):
         # Shielded so that a graceful shutdown does not cut the call short; the shield is
         # always bounded: a cancellation sets the deadline of every such scope
         # (_start_grace, _shorten_grace).
-        with trio.CancelScope(shield=True, deadline=self._grace_deadline) as scope:
-            actor.scope = scope
+        with (
+            trio.CancelScope(shield=True, deadline=self._grace_deadline) as scope,
+            drain.step(scope) as step,
+        ):
+            actor.scope, actor.step = scope, step
+            if self._grace_deadline < math.inf:
+                drain.drain(step)  # started during a drain: no new cloud call
             try:
                 written = await self._handler(key, value)
             except Exception as exc:  # the per-object reconcile boundary (STYLE: Errors)
@@ -416,8 +426,16 @@ class KeyedActors(Generic[K, V]):
                 if isinstance(value, Gone):
                     actor.written = -1
             finally:
-                actor.scope = None
-        if scope.cancelled_caught:
+                actor.scope = actor.step = None
+        if scope.cancelled_caught and step.cut:
+            log.info(
+                "actor.left-to-next-leader",
+                controller=self.name,
+                key=key,
+                reason="still queued for a cloud call when the drain began",
+            )
+            await trio.lowlevel.checkpoint()  # delivers the shutdown's Cancelled
+        elif scope.cancelled_caught:
             self._abandoned += 1
             log.warning(
                 "actor.abandoned",

@@ -53,6 +53,7 @@ from typing import Final, ParamSpec, TypeVar
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from trio_ccm.cloud.drain import waiting
 from trio_ccm.cloud.fence import guarding
 from trio_ccm.cloud.provider import (
     BulkInstances,
@@ -416,7 +417,8 @@ class CloudBudget:
                 f"they are {', '.join(METHOD_FAMILIES)}"
             )
         bucket = self._buckets[family]
-        await bucket.acquire()
+        with waiting():  # a graceful drain cancels a step still queued here (cloud/drain.py)
+            await bucket.acquire()
         if self._guard is not None:
             self._guard()
         started = trio.current_time()
