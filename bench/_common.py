@@ -33,6 +33,17 @@ _SERVICE: Final = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/]+)(/sta
 _EVENT: Final = re.compile(r"^/api/v1/namespaces/[^/]+/events(/[^/]+)?$")
 _WRITES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+_LEVELS: Final = {  # structlog's method names -> logging levels
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
 
 
 # -- logging ----------------------------------------------------------------------------------
@@ -47,7 +58,7 @@ class LogCounter:
         self, _logger: object, method: str, event_dict: MutableMapping[str, Any]
     ) -> MutableMapping[str, Any]:
         self.counts[str(event_dict.get("event", ""))] += 1
-        if logging.getLevelNamesMapping().get(method.upper(), logging.INFO) < self.level:
+        if _LEVELS.get(method, logging.INFO) < self.level:
             raise structlog.DropEvent
         return event_dict
 

@@ -35,6 +35,7 @@ import httpx
 import msgspec
 import trio
 
+from _common import print_figures
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 
 NODES_PATH = "/api/v1/nodes"
@@ -597,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
             figures[prefix + key] = round(value, 3) if isinstance(value, float) else value
     print(f"total {total_s:.1f} s")
     sys.stdout.flush()
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":
