@@ -24,6 +24,11 @@ that marks silent Nodes `Unknown`:
   upstream's kubelet does; a stopped kubelet stops renewing it. `node_lease_s=None` keeps
   no Leases.
 
+`initialised=True` registers each Node as a CCM will have left it in a running cluster (the
+provider ID, the instance-type, zone and region labels and their legacy twins, the
+instance's IPs, no uninitialized taint), so that a large cluster can be stood up in its
+steady state; Nodes that join later (`add_nodes`, the admin API) register the same way.
+
 A kubelet whose Node is deleted while its instance runs does not register it again (a
 real kubelet registers once per start). The cloud is polled every `poll_s` (1 s) through
 the `SimCloud` Python API, so instances added, stopped, started or terminated through the
@@ -56,6 +61,7 @@ from typing import Final, NoReturn
 import structlog
 import trio
 
+from trio_ccm.cloud.sim.instances import provider_id
 from trio_ccm.kube.client import (
     AlreadyExistsError,
     KubeClient,
@@ -68,7 +74,12 @@ from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.kube.wellknown import (
     CONDITION_READY,
     LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_LEGACY,
+    LABEL_REGION,
+    LABEL_REGION_LEGACY,
     LABEL_ZONE,
+    LABEL_ZONE_LEGACY,
     TAINT_UNINITIALIZED,
 )
 from trio_ccm.testing.apiserver import ApiServer
@@ -138,27 +149,51 @@ def _conditions(status: str, stamp: str, *, heartbeat: bool, transition: bool) -
     return conditions
 
 
-def node_manifest(instance: Instance, *, now: dt.datetime) -> dict[str, JSONValue]:
-    """The Node a kubelet started with `--cloud-provider=external` registers for `instance`."""
+def node_manifest(
+    instance: Instance, *, now: dt.datetime, initialised: bool = False
+) -> dict[str, JSONValue]:
+    """The Node a kubelet started with `--cloud-provider=external` registers for `instance`;
+    `initialised`: as the sim provider's CCM then leaves it (module docstring)."""
     stamp = _format_time(now)
+    hostname = instance.hostname or instance.name
+    labels: dict[str, JSONValue] = {
+        LABEL_HOSTNAME: hostname,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+    }
+    spec: dict[str, JSONValue] = {
+        "taints": [{"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+    }
+    addresses: list[JSONValue] = [{"type": "Hostname", "address": hostname}]
+    if initialised:
+        for current, legacy, value in (
+            (LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_LEGACY, instance.instance_type),
+            (LABEL_ZONE, LABEL_ZONE_LEGACY, instance.zone),
+            (LABEL_REGION, LABEL_REGION_LEGACY, instance.region),
+        ):
+            labels[current] = labels[legacy] = value
+        spec = {"providerID": provider_id(instance.zone, instance.id)}
+        cloud: list[JSONValue] = [
+            {"type": kind, "address": ip}
+            for kind, ips in (
+                ("InternalIP", instance.internal_ips),
+                ("ExternalIP", instance.external_ips),
+            )
+            for ip in ips
+        ]
+        addresses = cloud + addresses
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": instance.name,
-            "labels": {
-                LABEL_HOSTNAME: instance.hostname or instance.name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/os": "linux",
-                "beta.kubernetes.io/arch": "amd64",
-            },
+            "labels": labels,
         },
-        "spec": {
-            "taints": [{"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
-        },
+        "spec": spec,
         "status": {
-            "addresses": [{"type": "Hostname", "address": instance.hostname or instance.name}],
+            "addresses": addresses,
             "conditions": _conditions("True", stamp, heartbeat=True, transition=True),
             "capacity": {"cpu": "2", "memory": "4012836Ki", "pods": "110"},
             "allocatable": {"cpu": "2", "memory": "3910436Ki", "pods": "110"},
@@ -262,6 +297,7 @@ class Testbed:
         token: str | None = None,
         now: Callable[[], dt.datetime] = _utc_now,
         node_lease_s: float | None = NODE_LEASE_S,
+        initialised: bool = False,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -274,6 +310,7 @@ class Testbed:
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
         self.node_lease_s = node_lease_s
+        self.initialised = initialised
         self._now = now
         self._rng = random.Random(f"{seed}/testbed")  # noqa: S311 - spread, not secrets
         self._kube = KubeClient(
@@ -489,7 +526,10 @@ class Testbed:
         """Create the Node (retrying failures); if it exists, post Ready=True on it."""
         while True:
             try:
-                await self._kube.create(NODES, node_manifest(instance, now=self._now()))
+                await self._kube.create(
+                    NODES,
+                    node_manifest(instance, now=self._now(), initialised=self.initialised),
+                )
             except AlreadyExistsError:
                 try:
                     await self._post_ready(kubelet, transition=kubelet.ready != "True")
