@@ -311,8 +311,9 @@ def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument(
         "--initialised",
         action="store_true",
-        help="register Nodes as a CCM leaves them in a running cluster (provider ID, "
-        "topology labels, IPs, no uninitialized taint)",
+        help="the --nodes register as a CCM leaves them in a running cluster (provider ID, "
+        "topology labels, IPs, no uninitialized taint); instances added later join as new "
+        "Nodes",
     )
     scale.add_argument(
         "--lb-network",
@@ -400,10 +401,9 @@ async def _open_world(
         heartbeat_s=args.heartbeat,
         seed=args.seed,
         token=token,
-        initialised=getattr(args, "initialised", False),
         node_lease_s=None if getattr(args, "no_node_leases", False) else NODE_LEASE_S,
     )
-    testbed.add_nodes(nodes)
+    testbed.add_nodes(nodes, initialised=getattr(args, "initialised", False))
     api_listening = await nursery.start(
         partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
     )

@@ -24,10 +24,10 @@ that marks silent Nodes `Unknown`:
   upstream's kubelet does; a stopped kubelet stops renewing it. `node_lease_s=None` keeps
   no Leases.
 
-`initialised=True` registers each Node as a CCM will have left it in a running cluster (the
-provider ID, the instance-type, zone and region labels and their legacy twins, the
-instance's IPs, no uninitialized taint), so that a large cluster can be stood up in its
-steady state; Nodes that join later (`add_nodes`, the admin API) register the same way.
+`add_nodes(n, initialised=True)` has those kubelets register their Nodes as a CCM will have
+left them in a running cluster (the provider ID, the instance-type, zone and region labels
+and their legacy twins, the instance's IPs, no uninitialized taint), so that a large cluster
+can be stood up in its steady state; other instances (the admin API's) join as new Nodes.
 
 A kubelet whose Node is deleted while its instance runs does not register it again (a
 real kubelet registers once per start). The cloud is polled every `poll_s` (1 s) through
@@ -297,7 +297,6 @@ class Testbed:
         token: str | None = None,
         now: Callable[[], dt.datetime] = _utc_now,
         node_lease_s: float | None = NODE_LEASE_S,
-        initialised: bool = False,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -310,7 +309,6 @@ class Testbed:
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
         self.node_lease_s = node_lease_s
-        self.initialised = initialised
         self._now = now
         self._rng = random.Random(f"{seed}/testbed")  # noqa: S311 - spread, not secrets
         self._kube = KubeClient(
@@ -324,6 +322,7 @@ class Testbed:
             transport=api.transport(),
         )
         self._kubelets: dict[str, _Kubelet] = {}
+        self._initialised: set[str] = set()  # instances whose Node registers initialised
         self._wake = trio.Event()
         self._registrations = 0
         self._heartbeats = 0
@@ -331,10 +330,10 @@ class Testbed:
         self._unknown = 0
 
     # -- the fleet ------------------------------------------------------------------------
-    def add_nodes(self, count: int) -> list[Instance]:
+    def add_nodes(self, count: int, *, initialised: bool = False) -> list[Instance]:
         """Launch `count` running instances `node-NNNN` (numbered on from the highest such
         name), spread over three zones and three instance types; their Nodes register as
-        soon as `serve` sees them (at once when it runs)."""
+        soon as `serve` sees them (at once when it runs), `initialised` or as new Nodes."""
         if count < 0:
             raise ValueError(f"count={count}: cannot add a negative number of nodes")
         highest = 0
@@ -352,6 +351,8 @@ class Testbed:
                     instance_type=INSTANCE_TYPES[index % len(INSTANCE_TYPES)],
                 )
             )
+        if initialised:
+            self._initialised.update(instance.id for instance in added)
         self._wake.set()
         return added
 
@@ -528,7 +529,11 @@ class Testbed:
             try:
                 await self._kube.create(
                     NODES,
-                    node_manifest(instance, now=self._now(), initialised=self.initialised),
+                    node_manifest(
+                        instance,
+                        now=self._now(),
+                        initialised=instance.id in self._initialised,
+                    ),
                 )
             except AlreadyExistsError:
                 try:
