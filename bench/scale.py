@@ -11,9 +11,7 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
    `--node-status-report-frequency`; `--no-node-leases`: the kubelets' Lease writes do not
    reach a CCM). The load-balancer pool is `--lb-network 10.128.0.0/9`. The bench then
    creates 5,000 Services over HTTP, 250 of them `type: LoadBalancer` (the issue's mix).
-2. **Provisioning** (not measured): a first CCM gives the 250 Services their load balancers
-   and is stopped (SIGTERM), so that the measured CCM starts in a running cluster.
-3. **The CCM**, `trio-ccm` with the deployment's flags (deploy/deployment.yaml:
+2. **The CCM**, `trio-ccm` with the deployment's flags (deploy/deployment.yaml:
    `--cloud-provider=sim --leader-elect=true --configure-cloud-routes=false`, TLS on the
    secure port), out of cluster (`--kubeconfig`), `--kube-api-qps=200 --kube-api-burst=400`
    (the join's bound below) and `--node-status-update-frequency` shortened to the steady
@@ -21,7 +19,10 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
    - `ready_s`: from spawning the process until `/readyz` answers 200 (caches synced, Lease
      held, controllers running);
    - `peak_rss_mb`: the process's peak RSS (VmHWM) when the run ends;
-   - after start-up has settled (no load-balancer call for 5 s), over a steady window of
+   - `settle_s`: start-up's work done: the first address sync, and the 250 load balancers
+     ensured (`PutLoadBalancer` each, as the Go CCM also ensures every load balancer when it
+     starts; the same calls whether they existed or not), until no load-balancer call for 5 s;
+   - then, over a steady window of
      one sync period, with kubelet heartbeats arriving: `steady_cpu_pct` (user + system CPU
      of the CCM process / wall time, 100 = one core), `settled_rss_mb` (VmRSS at the end) and
      `cloud_calls_per_period` (every call in the simulated cloud's log in the window);
@@ -34,7 +35,7 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
      pass that put the new Nodes behind every load balancer; checked on three load balancers
      (they hold N + 1,000 Nodes). Bound by the cloud budget for load balancers (default
      5 calls/s, burst 10): (250 - 10)/5 = 48 s.
-4. Growth: `bytes_per_node` and `cpu_pct_per_1000_nodes` between the smallest and the largest
+3. Growth: `bytes_per_node` and `cpu_pct_per_1000_nodes` between the smallest and the largest
    N, and against the Go CCM's algorithm at the same N: one `InstanceMetadata` per Node per
    sync period (`go_calls_per_period` = N), one per joining Node (`go_join_calls`), and one
    `UpdateLoadBalancer` per load balancer, one at a time (`--concurrent-service-syncs=1`), per
@@ -107,10 +108,10 @@ class Run:
     services: int
     lb_services: int
     testbed_start_s: float = 0.0
-    provision_s: float = 0.0
     ready_s: float = 0.0
     startup_cloud_calls: dict[str, int] = field(default_factory=dict)
     settle_s: float = 0.0
+    lbs_with_ingress: int = 0
     peak_rss_mb: float = 0.0
     settled_rss_mb: float = 0.0
     steady_cpu_pct: float = 0.0
@@ -304,18 +305,6 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
             httpx.AsyncClient(base_url=cloud_url, timeout=120) as cloud,
         ):
             await create_services(api, sizes.services, sizes.lb_services)
-            # Provisioning: a first CCM gives the load balancers out, then stops.
-            t0 = time.monotonic()
-            port = free_port()
-            with process(ccm_args(tmp, port, sizes.window_s), tmp / "ccm-provision.log") as ccm:
-                with trio.fail_after(3600):
-                    while True:  # polled: the state is in another process
-                        if await lb_ingress_count(api) >= sizes.lb_services:
-                            break
-                        await trio.sleep(1.0)
-                ccm.send_signal(signal.SIGTERM)
-                await trio.to_thread.run_sync(ccm.wait)
-            run.provision_s = time.monotonic() - t0
             await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
         run.testbed_rss_mb = rss_bytes(testbed.pid) / 2**20
     return run
@@ -343,6 +332,7 @@ async def measured_ccm(
         await wait_lb_quiet(cloud, sizes.settle_quiet_s, 600)
         await trio.sleep(sizes.settle_quiet_s)
         run.settle_s = time.monotonic() - t0
+        run.lbs_with_ingress = await lb_ingress_count(api)
         calls = await cloud_calls(cloud)
         run.startup_cloud_calls = dict(Counter(c["method"] for c in calls[before:]))
         # The steady window: one sync period, heartbeats arriving.
@@ -482,7 +472,8 @@ def print_table(runs: list[Run]) -> None:
         print(
             f"\n{r.nodes:,} Nodes: start-up cloud calls {r.startup_cloud_calls}; period calls "
             f"{r.period_calls}; LBs checked hold {r.nodeset_checked} Nodes "
-            f"(expected {r.nodes + r.join:,}); provisioning took {r.provision_s:.0f} s"
+            f"(expected {r.nodes + r.join:,}); start-up settled after {r.settle_s:.0f} s with "
+            f"{r.lbs_with_ingress} of {r.lb_services} load balancers ready"
         )
 
 
