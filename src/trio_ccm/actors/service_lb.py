@@ -31,6 +31,7 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import math
 from collections.abc import Sequence
@@ -109,8 +110,9 @@ DRIFT_CHECK_PERIOD_S: Final = 1800.0
 _NODE_NAMES_LIMIT: Final = 20
 _LATENCY_BUCKETS: Final = tuple(2.0**k for k in range(15))  # 1 s .. 16384 s, as upstream
 
-NodeSet = frozenset[tuple[str, str]]
-"""The backends as the controller compares them: (Node name, provider ID) pairs."""
+NodeSet = bytes
+"""The backends as the controller compares them: a digest of the (Node name, provider ID)
+pairs in name order (16 bytes, where a set of the pairs took 160 bytes per Node)."""
 
 
 # -- upstream's predicates ---------------------------------------------------------------
@@ -527,7 +529,7 @@ class _Term:
         large cluster costs a dict lookup each; the Nodes are read again (sorted, their
         views rebuilt where they changed) only once a change has settled."""
         current = self.backends.node_set
-        members = dict(current)
+        members = self.members(self.backends)
         while True:
             key, _ = await mailbox.get()
             moved = self._noted(members, key)
@@ -546,7 +548,7 @@ class _Term:
                 if not moved:
                     break
             backends = self.refresh_backends()
-            members = dict(backends.node_set)
+            members = self.members(backends)
             if backends.node_set == current:
                 continue
             current = backends.node_set
@@ -602,7 +604,16 @@ class _Term:
 
     @staticmethod
     def node_set(nodes: Sequence[Node]) -> NodeSet:
-        return frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
+        """The digest of the (name, provider ID) pairs of `nodes` (sorted by name)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for node in nodes:
+            digest.update(f"{node.metadata.name}\t{node.spec.provider_id}\n".encode())
+        return digest.digest()
+
+    @staticmethod
+    def members(backends: _Backends) -> dict[str, str]:
+        """The node set as `watch_nodes` keeps it: Node name -> provider ID."""
+        return {n.metadata.name: n.spec.provider_id for n in backends.nodes}
 
     def refresh_backends(self) -> _Backends:
         """Read the stable Nodes again; a Node's view is rebuilt only if it changed."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from trio_ccm.cloud.provider import NodeAddress, NodeInfo, ServiceInfo, ServicePort
 from trio_ccm.kube.events import ObjectRef
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Resource, Service
@@ -18,10 +16,10 @@ def node_info(node: Node) -> NodeInfo:
         name=node.metadata.name,
         uid=node.metadata.uid,
         provider_id=node.spec.provider_id,
-        # Read-only views of the cached Node's own dicts (no copies: one per Node and load
-        # balancer pass adds up at 100,000 Nodes).
-        labels=MappingProxyType(node.metadata.labels),
-        annotations=MappingProxyType(node.metadata.annotations),
+        # The cached Node's own dicts, not copies (one per Node adds up at 100,000 Nodes);
+        # providers get them as read-only Mappings.
+        labels=node.metadata.labels,
+        annotations=node.metadata.annotations,
         addresses=node_addresses(node),
         pod_cidrs=node.spec.pod_cidrs or ((node.spec.pod_cidr,) if node.spec.pod_cidr else ()),
         ready=None if ready is None or ready.status == "Unknown" else ready.status == "True",
