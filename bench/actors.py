@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import statistics
@@ -42,10 +41,10 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 import trio
 import trio.testing
 
+from _common import print_figures, quiet_logging
 from trio_ccm.actors.backoff import service_backoff
 from trio_ccm.actors.keyed import KeyedActors
 from trio_ccm.mailbox import Mailbox
@@ -207,11 +206,6 @@ async def rate_phase(count: int, rounds: int, limit: int) -> dict[str, Any]:
 
 
 # -- main --------------------------------------------------------------------------------
-def quiet_logging() -> None:
-    """The benchmark's own choice: only warnings and worse (library code never configures)."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-
-
 def run(phase: Callable[..., Any], *args: Any) -> dict[str, Any]:
     result: dict[str, Any] = trio.run(phase, *args)
     gc.collect()
@@ -226,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     count = args.actors or (2_000 if args.quick else 10_000)
     rounds = args.rounds or (3 if args.quick else 10)
-    quiet_logging()
+    quiet_logging("warning")
 
     print(
         f"Keyed actors, one process, one thread; {count:,} actors, limiter {LIMIT}, "
@@ -273,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         "python": platform.python_version(),
     }
     sys.stdout.flush()
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

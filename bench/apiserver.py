@@ -5,8 +5,14 @@
 Creates realistic Nodes (~5 KB each), opens watchers from the list's resourceVersion, then
 drives merge-patch writes from a few concurrent writer tasks while every watcher decodes each
 event line as a client would. It runs twice in one process and one `trio.run`: in-process
-(`server.transport()`, no sockets) and over HTTP (hypercorn on loopback; one HTTP/1.1 client
-per watcher and a shared client for the writers). Server and clients share the same cores.
+(`server.transport()`, no sockets) and over HTTP (the plain HTTP/1.1 door on loopback; one
+HTTP/1.1 client per watcher and a shared client for the writers). Server and clients share
+the same cores.
+
+A third phase, `server-process`, measures the emulator's HTTP write path alone, as the
+benchmarks that run a CCM in another process use it: `trio-ccm apiserver` in its own process,
+the same creates and patches from 8 connections of this process, no watchers. It reports the
+rates and the emulator process's CPU per request (from /proc).
 
 Writers are paced by a window: no write starts while the slowest watcher is `window` events
 or more behind, so the server's per-watcher buffer (`watch_buffer`) can never fill and no
@@ -23,18 +29,23 @@ import argparse
 import functools
 import json
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import h11
 import httpx
 import msgspec
 import trio
 
+from _common import cpu_seconds, print_figures
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 
 NODES_PATH = "/api/v1/nodes"
@@ -482,6 +493,102 @@ async def over_http(cfg: PhaseConfig) -> dict[str, Any]:
     return result
 
 
+class RawConnection:
+    """A lean HTTP/1.1 client connection (h11 over a Trio stream): this phase measures the
+    server, and httpx would cost the client more CPU per request than the server spends."""
+
+    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+        self.stream = stream
+        self.host = host
+        self.conn = h11.Connection(h11.CLIENT)
+
+    async def request(self, method: str, path: str, body: bytes, content_type: str) -> int:
+        headers = [
+            ("host", self.host),
+            ("content-type", content_type),
+            ("content-length", str(len(body))),
+        ]
+        data = self.conn.send(h11.Request(method=method, target=path, headers=headers)) or b""
+        data += (self.conn.send(h11.Data(data=body)) or b"") + (
+            self.conn.send(h11.EndOfMessage()) or b""
+        )
+        await self.stream.send_all(data)
+        status = 0
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                self.conn.receive_data(await self.stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.EndOfMessage):
+                self.conn.start_next_cycle()
+                return status
+            elif isinstance(event, h11.ConnectionClosed):
+                raise RuntimeError(f"{method} {path}: the server closed the connection")
+
+
+async def server_process(cfg: PhaseConfig, connections: int = 8) -> dict[str, Any]:
+    """The emulator in its own process (`trio-ccm apiserver`): creates and patches over
+    HTTP from `connections` connections, the server's CPU per request."""
+    argv = [str(Path(sys.executable).with_name("trio-ccm")), "apiserver", "--port=0"]
+    # Started before anything is measured; its one line of output is read in a thread.
+    child = subprocess.Popen(  # noqa: ASYNC220, S603 - our own CLI
+        argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = await trio.to_thread.run_sync(child.stdout.readline)
+        url = httpx.URL(line.split()[-1])
+        host, port = url.host, url.port or 80
+        pool = [
+            RawConnection(await trio.open_tcp_stream(host, port), f"{host}:{port}")
+            for _ in range(connections)
+        ]
+        creates = [_encode(make_node(i)) for i in range(cfg.nodes)]
+
+        async def drive(requests: list[tuple[str, str, bytes, str]]) -> float:
+            todo = iter(requests)
+
+            async def worker(connection: RawConnection) -> None:
+                for method, path, body, content_type in todo:
+                    status = await connection.request(method, path, body, content_type)
+                    if status >= 300:
+                        raise RuntimeError(f"{method} {path}: {status}")
+
+            began = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for connection in pool:
+                    nursery.start_soon(worker, connection)
+            return time.perf_counter() - began
+
+        cpu0 = cpu_seconds(child.pid)
+        create_s = await drive([("POST", NODES_PATH, body, "application/json") for body in creates])
+        cpu1 = cpu_seconds(child.pid)
+        patches = [
+            (
+                "PATCH",
+                f"{NODES_PATH}/{node_name(i % cfg.nodes)}",
+                _encode({"metadata": {"labels": {LABEL: f"w{i}"}}}),
+                "application/merge-patch+json",
+            )
+            for i in range(cfg.writes)
+        ]
+        write_s = await drive(patches)
+        cpu2 = cpu_seconds(child.pid)
+        for connection in pool:
+            await connection.stream.aclose()
+    finally:
+        child.send_signal(signal.SIGINT)
+        await trio.to_thread.run_sync(child.wait)
+    return {
+        "create_per_s": cfg.nodes / create_s,
+        "writes_per_s": cfg.writes / write_s,
+        "create_cpu_ms": 1000 * (cpu1 - cpu0) / cfg.nodes,
+        "write_cpu_ms": 1000 * (cpu2 - cpu1) / cfg.writes,
+        "connections": connections,
+    }
+
+
 # -- main --------------------------------------------------------------------------------
 def summary(label: str, r: dict[str, Any], cfg: PhaseConfig) -> str:
     lines = [
@@ -522,7 +629,9 @@ def main(argv: list[str] | None = None) -> None:
         help="max events the slowest watcher may lag before writers wait "
         "(default watch_buffer // 2; 0: unpaced)",
     )
-    parser.add_argument("--only", choices=("in-process", "http"), help="run one front door")
+    parser.add_argument(
+        "--only", choices=("in-process", "http", "server-process"), help="run one phase"
+    )
     args = parser.parse_args(argv)
 
     nodes = args.nodes or (1_000 if args.quick else 5_000)
@@ -547,7 +656,15 @@ def main(argv: list[str] | None = None) -> None:
             print(summary("in-process (httpx transport, no sockets)", out["in_process"], base))
         if args.only in (None, "http"):
             out["http"] = await over_http(http_cfg)
-            print(summary("over HTTP (hypercorn, loopback, HTTP/1.1)", out["http"], http_cfg))
+            print(summary("over HTTP (loopback, HTTP/1.1)", out["http"], http_cfg))
+        if args.only in (None, "server-process"):
+            sp = out["server_process"] = await server_process(http_cfg)
+            print(
+                f"emulator in its own process, {sp['connections']} connections, no watchers:\n"
+                f"  create {sp['create_per_s']:9,.0f} creates/s ({sp['create_cpu_ms']:.2f} ms "
+                f"of server CPU each)\n  write  {sp['writes_per_s']:9,.0f} writes/s  "
+                f"({sp['write_cpu_ms']:.2f} ms of server CPU each)"
+            )
         return out
 
     began = time.perf_counter()
@@ -555,6 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     total_s = time.perf_counter() - began
     inp = results.get("in_process", {})
     http = results.get("http", {})
+    sp = results.get("server_process", {})
     figures: dict[str, Any] = {
         "writes_per_s": round(inp["writes_per_s"], 1) if inp else None,
         "watch_events_per_s": round(inp["watch_events_per_s"], 1) if inp else None,
@@ -562,8 +680,12 @@ def main(argv: list[str] | None = None) -> None:
         "http_watch_events_per_s": round(http["watch_events_per_s"], 1) if http else None,
         "create_per_s": round(inp["create_per_s"], 1) if inp else None,
         "http_create_per_s": round(http["create_per_s"], 1) if http else None,
+        "server_writes_per_s": round(sp["writes_per_s"], 1) if sp else None,
+        "server_create_per_s": round(sp["create_per_s"], 1) if sp else None,
+        "server_cpu_ms_per_write": round(sp["write_cpu_ms"], 3) if sp else None,
+        "server_cpu_ms_per_create": round(sp["create_cpu_ms"], 3) if sp else None,
         "nodes": nodes,
-        "node_bytes": (inp or http)["node_bytes"],
+        "node_bytes": (inp or http or {"node_bytes": None})["node_bytes"],
         "watchers": args.watchers,
         "writes": writes,
         "http_writes": http_writes,
@@ -597,7 +719,7 @@ def main(argv: list[str] | None = None) -> None:
             figures[prefix + key] = round(value, 3) if isinstance(value, float) else value
     print(f"total {total_s:.1f} s")
     sys.stdout.flush()
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

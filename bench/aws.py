@@ -62,10 +62,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import math
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,9 +72,9 @@ from typing import Any
 
 import httpx
 import prometheus_client
-import structlog
 import trio
 
+from _common import machine_line, print_figures, quiet_logging
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
 from trio_ccm.cloud.aws.codec import Codec
 from trio_ccm.cloud.aws.credentials import AwsCredentials
@@ -310,14 +308,6 @@ async def parse_page(moto: MotoServer) -> float:
     return time.perf_counter() - started
 
 
-def quiet_logging() -> None:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
-
-
 async def main_async(sizes: Sequence[int], measure_parse: bool) -> dict[str, Any]:
     async with trio.open_nursery():
         moto = MotoServer()
@@ -513,12 +503,12 @@ def main(argv: list[str] | None = None) -> None:
         services_main(args.quick)
         return
     sizes = args.nodes or ([100] if args.quick else [1000, 5000])
-    quiet_logging()
+    quiet_logging("error")
     print(
         f"aws node waves: {', '.join(f'{n:,}' for n in sizes)} Nodes named by private DNS "
         f"name, instances in moto on loopback; flags {' '.join(FLAGS[3:])}"
     )
-    print(f"Python {platform.python_version()}, {platform.machine()}\n")
+    print(machine_line() + "\n")
     figures = trio.run(partial(main_async, sizes, not args.quick))
     header = f"{'nodes':>7} {'init_s':>8} {'first_s':>8} {'DescribeInstances':>18} "
     header += f"{'sync/period':>12} {'max step s':>11} {'max gc s':>9} {'max lag s':>10}"
@@ -559,9 +549,9 @@ def main(argv: list[str] | None = None) -> None:
         "max_gc_pause_s": round(last["max_gc_pause_s"], 3),
         "waves": figures["waves"],
     }
-    if "parse_1000_s" in figures:
-        flat["parse_1000_s"] = figures["parse_1000_s"]
-    print(json.dumps(flat))
+    # null in a --quick run, which does not measure it: every documented key is printed.
+    flat["parse_1000_s"] = figures.get("parse_1000_s")
+    print_figures(flat)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import platform
 import random
 import ssl
@@ -53,9 +52,9 @@ from typing import Any, Final
 
 import httpx
 import prometheus_client
-import structlog
 import trio
 
+from _common import print_figures, quiet_logging
 from apiserver import make_node
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.cloud import Instances, LoadBalancers, Routes
@@ -557,16 +556,6 @@ async def bench(args: argparse.Namespace, settings: Settings) -> dict[str, list[
     return results
 
 
-def quiet_logging(level: str) -> None:
-    """The benchmark's own choice (library code never configures logging): stderr only."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-    )
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 round, lease 4 s / 3 s / 1 s")
@@ -669,7 +658,7 @@ def main(argv: list[str] | None = None) -> None:
         }
     )
     sys.stdout.flush()
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

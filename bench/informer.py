@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import json
 import platform
 import pstats
 import random
@@ -53,6 +52,7 @@ import httpx
 import msgspec
 import trio
 
+from _common import print_figures
 from apiserver import LABEL, make_node, node_name
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"total {total_s:.1f} s")
     sys.stdout.flush()
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

@@ -50,14 +50,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as dt
-import json
-import logging
 import math
-import platform
 import pstats
 import re
-import resource
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -68,13 +63,20 @@ from typing import Any, Final
 import httpx
 import msgspec
 import prometheus_client
-import structlog
 import trio
 import trio.testing
 
+from _common import (
+    CountingTransport,
+    emulator_connection,
+    machine_line,
+    metric_sum,
+    peak_rss_mb,
+    print_figures,
+    quiet_logging,
+)
 from apiserver import make_node
 from trio_ccm.cloud.sim import SimProvider
-from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.events import utc_now
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import serve
@@ -99,9 +101,6 @@ _CLOUD_LABELS: Final = (
     "topology.kubernetes.io/zone",
     "bench.trio-ccm.io/write",
 )
-_NODE_PATH: Final = re.compile(r"^/api/v1/nodes/([^/]+)(/status)?$")
-_EVENT_PATH: Final = re.compile(r"^/api/v1/namespaces/[^/]+/events(/[^/]+)?$")
-_AGENT: Final = re.compile(r"\(([^)]*)\)")
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -146,62 +145,33 @@ class _NodeView(msgspec.Struct):
     spec: _Spec = msgspec.field(default_factory=_Spec)
 
 
-class WaveTransport(httpx.AsyncBaseTransport):
+class WaveTransport(CountingTransport):
     """The replica's way to the emulator: counts its requests and sees Nodes initialised."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, nodes: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.expected = nodes
-        self.main_writes: Counter[str] = Counter()  # PATCH/PUT /api/v1/nodes/NAME
-        self.status_writes: Counter[str] = Counter()  # PATCH/PUT /api/v1/nodes/NAME/status
-        self.event_writes = 0
-        self.failed_writes: Counter[int] = Counter()  # by status code
-        self.requests: Counter[tuple[str, str]] = Counter()  # (client, what)
         self.untainted: dict[str, float] = {}  # Node name -> when its taint was gone
         self.last_event_at = 0.0
         self.all_untainted = trio.Event()
         self._decode = msgspec.json.Decoder(_NodeView).decode
 
-    def node_writes(self) -> int:
-        return sum(self.main_writes.values()) + sum(self.status_writes.values())
+    def reads_answers(self, kind: str) -> bool:
+        return kind == "node"
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        method, path = request.method, request.url.path
-        agent = _AGENT.search(request.headers.get("user-agent", ""))
-        client = agent.group(1) if agent else "?"
-        write = method in ("POST", "PUT", "PATCH", "DELETE")
-        node = _NODE_PATH.match(path) if write else None
-        event = write and _EVENT_PATH.match(path) is not None
-        if node is not None:
-            (self.status_writes if node.group(2) else self.main_writes)[node.group(1)] += 1
-            what = f"{method} node{node.group(2) or ''}"
-        elif event:
-            self.event_writes += 1
-            what = f"{method} event"
-        else:
-            what = f"{method} {'watch' if 'watch=' in str(request.url.query) else path}"
-        self.requests[(client, what)] += 1
-        response = await self.inner.handle_async_request(request)
-        if write and response.status_code >= 300:
-            self.failed_writes[response.status_code] += 1
-        if event:
-            self.last_event_at = trio.current_time()
-        if node is not None and not node.group(2) and response.status_code < 300:
-            body = await response.aread()
-            name = node.group(1)
-            if name not in self.untainted and not any(
-                t.key == TAINT for t in self._decode(body).spec.taints
-            ):
-                self.untainted[name] = trio.current_time()
-                if len(self.untainted) >= self.expected:
-                    self.all_untainted.set()
-        return response
+    def answered(self, kind: str, match: re.Match[str], body: bytes) -> None:
+        name = match.group(1)
+        if name not in self.untainted and not any(
+            t.key == TAINT for t in self._decode(body).spec.taints
+        ):
+            self.untainted[name] = trio.current_time()
+            if len(self.untainted) >= self.expected:
+                self.all_untainted.set()
 
-
-def _connection() -> ConnectionConfig:
-    return ConnectionConfig(
-        server="http://emulator", credentials=StaticCredentials(), source="bench emulator"
-    )
+    def writes_by_part(self) -> tuple[int, int]:
+        """Writes of the Nodes themselves and of their status."""
+        status = sum(n for (_, is_status), n in self.node_writes.items() if is_status)
+        return self.writes_of_nodes() - status, status
 
 
 # -- one wave of trio-ccm -------------------------------------------------------------------
@@ -244,19 +214,6 @@ class Wave:
         return self.event_writes / self.nodes
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _sum(registry: prometheus_client.CollectorRegistry, name: str) -> float:
-    total = 0.0
-    for metric in registry.collect():
-        for sample in metric.samples:
-            if sample.name == name:
-                total += sample.value
-    return total
-
-
 async def run_wave(
     nodes: int,
     qps: float,
@@ -287,6 +244,9 @@ async def run_wave(
         kube_api_qps=qps,
         kube_api_burst=burst,
         node_status_update_frequency_s=PERIOD_S,
+        # The wave measures the cloud-node-controller (the Go model models only it); routes
+        # would need --cluster-cidr and add their own cloud calls to the count.
+        configure_cloud_routes=False,
     )
     wave = Wave(label, "virtual" if virtual else "wall", nodes, qps, burst)
     # Generous: a wave that never ends fails the run instead of hanging it.
@@ -302,7 +262,7 @@ async def run_wave(
                 serve,
                 settings,
                 provider,
-                connection=_connection(),
+                connection=emulator_connection(),
                 transport=transport,
                 registry=registry,
                 identity="ccm",
@@ -333,15 +293,14 @@ async def run_wave(
         wave.cloud_calls = len(cloud.calls)
         wave.cloud_by_method = dict(Counter(c.method for c in cloud.calls))
         wave.cloud_throttled = sum(1 for c in cloud.calls if c.status == 429)
-        wave.budget_wait_s = _sum(registry, "cloudprovider_api_budget_wait_seconds_sum")
-        wave.limiter_wait_s = _sum(registry, "rest_client_rate_limiter_duration_seconds_sum")
-        wave.main_writes = sum(transport.main_writes.values())
-        wave.status_writes = sum(transport.status_writes.values())
-        wave.node_writes = transport.node_writes()
+        wave.budget_wait_s = metric_sum(registry, "cloudprovider_api_budget_wait_seconds_sum")
+        wave.limiter_wait_s = metric_sum(registry, "rest_client_rate_limiter_duration_seconds_sum")
+        wave.main_writes, wave.status_writes = transport.writes_by_part()
+        wave.node_writes = transport.writes_of_nodes()
         wave.events_s = transport.last_event_at - t0
         wave.failed_writes = dict(transport.failed_writes)
-        wave.requests = {f"{c} {w}": n for (c, w), n in sorted(transport.requests.items())}
-        wave.peak_rss_mb = _peak_rss_mb()
+        wave.requests = transport.request_counts()
+        wave.peak_rss_mb = peak_rss_mb()
         if measure_sync:
             await measure_one_sync(wave, cloud, transport)
         nursery.cancel_scope.cancel()
@@ -356,7 +315,7 @@ async def measure_one_sync(wave: Wave, cloud: SimCloud, transport: WaveTransport
     been quiet for 10 s (the lifecycle controller calls nothing while all Nodes are Ready).
     """
     mark = len(cloud.calls)
-    writes = transport.node_writes()
+    writes = transport.writes_of_nodes()
     with trio.fail_after(2 * PERIOD_S):
         while True:
             if len(cloud.calls) > mark:
@@ -370,7 +329,7 @@ async def measure_one_sync(wave: Wave, cloud: SimCloud, transport: WaveTransport
     calls = cloud.calls[mark:]
     wave.sync_calls = len(calls)
     wave.sync_s = calls[-1].time - calls[0].time + CLOUD_LATENCY_S
-    wave.sync_node_writes = transport.node_writes() - writes
+    wave.sync_node_writes = transport.writes_of_nodes() - writes
 
 
 # -- the Go cloud-node-controller, modelled ---------------------------------------------------
@@ -591,16 +550,6 @@ def print_profile(stats: pstats.Stats) -> None:
 
 
 # -- output -----------------------------------------------------------------------------------
-def quiet_logging(level: str) -> None:
-    """The benchmark's own choice (library code never configures logging): stderr only."""
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-    )
-
-
 def _fmt(value: float | int | None, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -712,7 +661,7 @@ def main(argv: list[str] | None = None) -> None:
         f"trio-ccm defaults otherwise (concurrent-node-syncs 10, batch 200 / 20 ms, "
         f"cloud budget instances 10/s burst 30)"
     )
-    print(f"Python {platform.python_version()}, {platform.machine()}\n")
+    print(machine_line() + "\n")
     waves: list[Wave] = []
     if "real" in phases:
         profiler = cProfile.Profile() if args.profile else None
@@ -782,11 +731,11 @@ def main(argv: list[str] | None = None) -> None:
     go_fast = models[1] if len(models) > 1 else None
     go_10 = models[2] if len(models) > 2 else None
     go_10_fast = models[3] if len(models) > 3 else None
-    peak_rss_mb = _peak_rss_mb()
+    peak_mb = peak_rss_mb()
     took_s = time.perf_counter() - started
     after_real = f" ({real.peak_rss_mb:,.0f} MB after the real-time run)" if real else ""
     print(
-        f"\npeak RSS {peak_rss_mb:,.0f} MB{after_real}: emulator, sim cloud and CCM in one "
+        f"\npeak RSS {peak_mb:,.0f} MB{after_real}: emulator, sim cloud and CCM in one "
         f"process; the whole run took {took_s:.1f} s"
     )
     if real is not None:
@@ -828,11 +777,11 @@ def main(argv: list[str] | None = None) -> None:
         "default_qps_cloud_calls": default.cloud_calls if default else None,
         "default_qps_writes_per_node": num(default.writes_per_node, 3) if default else None,
         "sync_s": num(fast.sync_s) if fast else None,
-        "peak_rss_mb": round(peak_rss_mb),
+        "peak_rss_mb": round(peak_mb),
         "peak_rss_real_mb": round(real.peak_rss_mb) if real else None,
         "goal_met": (real.init_s < GOAL_S and real.cloud_calls < GOAL_CALLS) if real else None,
     }
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

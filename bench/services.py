@@ -64,16 +64,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
-import json
-import logging
 import math
-import platform
 import re
-import resource
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -81,10 +76,19 @@ from typing import Any, Final
 import httpx
 import msgspec
 import prometheus_client
-import structlog
 import trio
 import trio.testing
 
+from _common import (
+    CountingTransport,
+    LogCounter,
+    emulator_connection,
+    machine_line,
+    metric_sum,
+    peak_rss_mb,
+    print_figures,
+    quiet_logging,
+)
 from apiserver import make_node, node_name
 from node_wave import GoRateLimiter, kubelet_node
 from trio_ccm.cloud.provider import (
@@ -97,7 +101,6 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.cloud.sim.instances import provider_id
-from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.events import utc_now
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
@@ -117,22 +120,6 @@ QUIET_S: Final = 5.0  # no load-balancer call and no Event write for this long: 
 # The simulated cloud hands out load-balancer IPs from 203.0.113.0/24 (254 addresses) by
 # default; 1,000 load balancers need more: RFC 2544's benchmarking range.
 LB_POOL: Final = ipaddress.ip_network("198.18.0.0/20")
-_SERVICE_STATUS: Final = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/]+)/status$")
-_SERVICE: Final = re.compile(r"^/api/v1/namespaces/[^/]+/services/[^/]+$")
-_NODE: Final = re.compile(r"^/api/v1/nodes/([^/]+)(/status)?$")
-_EVENT: Final = re.compile(r"^/api/v1/namespaces/[^/]+/events(/[^/]+)?$")
-_AGENT: Final = re.compile(r"\(([^)]*)\)")
-_LEVELS: Final = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "msg": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "exception": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
-}
 
 
 # -- the world --------------------------------------------------------------------------------
@@ -188,12 +175,6 @@ def lb_service(i: int) -> dict[str, Any]:
     }
 
 
-def _connection() -> ConnectionConfig:
-    return ConnectionConfig(
-        server="http://emulator", credentials=StaticCredentials(), source="bench emulator"
-    )
-
-
 # -- what the replica did -----------------------------------------------------------------------
 class _Ingress(msgspec.Struct):
     ip: str = ""
@@ -220,16 +201,12 @@ class _NodeView(msgspec.Struct):
     spec: _NodeSpec = msgspec.field(default_factory=_NodeSpec)
 
 
-class KubeTransport(httpx.AsyncBaseTransport):
+class KubeTransport(CountingTransport):
     """The replica's way to the emulator: counts its requests by client and kind, and reads
     the answers to its writes (Service status with ingress, Node with a provider ID)."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self.requests: Counter[tuple[str, str]] = Counter()  # (client, what)
-        self.failed_writes: Counter[int] = Counter()
-        self.event_writes = 0
-        self.last_event_at = -math.inf
+        super().__init__(inner)
         self.waiting: set[str] = set()  # Services ("ns/name") still without ingress
         self.ingress_at: dict[str, float] = {}
         self.all_ingress = trio.Event()
@@ -243,48 +220,22 @@ class KubeTransport(httpx.AsyncBaseTransport):
         if not self.waiting:
             self.all_ingress.set()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        method, path = request.method, request.url.path
-        agent = _AGENT.search(request.headers.get("user-agent", ""))
-        client = agent.group(1) if agent else "?"
-        write = method in ("POST", "PUT", "PATCH", "DELETE")
-        status = _SERVICE_STATUS.match(path) if write else None
-        node = _NODE.match(path) if write else None
-        event = write and _EVENT.match(path) is not None
-        if status is not None:
-            what = f"{method} service/status"
-        elif write and _SERVICE.match(path):
-            what = f"{method} service"
-        elif node is not None:
-            what = f"{method} node{node.group(2) or ''}"
-        elif event:
-            what = f"{method} event"
-            self.event_writes += 1
-        elif "watch=" in str(request.url.query):
-            what = f"{method} watch {path}"
+    def reads_answers(self, kind: str) -> bool:
+        return kind in ("service/status", "node")
+
+    def answered(self, kind: str, match: re.Match[str], body: bytes) -> None:
+        now = trio.current_time()
+        if kind == "service/status":
+            key = f"{match.group(1)}/{match.group(2)}"
+            if key not in self.ingress_at and self._service(body).status.load_balancer.ingress:
+                self.ingress_at[key] = now
+                self.waiting.discard(key)
+                if not self.waiting:
+                    self.all_ingress.set()
         else:
-            what = f"{method} {path}"
-        self.requests[(client, what)] += 1
-        response = await self.inner.handle_async_request(request)
-        if write and response.status_code >= 300:
-            self.failed_writes[response.status_code] += 1
-        if event:
-            self.last_event_at = trio.current_time()
-        if response.status_code < 300 and (status is not None or node is not None):
-            body = await response.aread()
-            now = trio.current_time()
-            if status is not None:
-                key = f"{status.group(1)}/{status.group(2)}"
-                if key not in self.ingress_at and self._service(body).status.load_balancer.ingress:
-                    self.ingress_at[key] = now
-                    self.waiting.discard(key)
-                    if not self.waiting:
-                        self.all_ingress.set()
-            elif node is not None and not node.group(2):
-                name = node.group(1)
-                if name not in self.pid_at and self._node(body).spec.provider_id:
-                    self.pid_at[name] = now
-        return response
+            name = match.group(1)
+            if name not in self.pid_at and self._node(body).spec.provider_id:
+                self.pid_at[name] = now
 
 
 class Backends:
@@ -403,39 +354,6 @@ class RecordingProvider:
         await self._inner.initialize()
 
 
-class LogCounter:
-    """A structlog processor: counts every event name, then drops what is below `level`."""
-
-    def __init__(self, level: int) -> None:
-        self.level = level
-        self.counts: Counter[str] = Counter()
-
-    def __call__(
-        self, _logger: object, method: str, event_dict: MutableMapping[str, Any]
-    ) -> MutableMapping[str, Any]:
-        self.counts[str(event_dict.get("event", ""))] += 1
-        if _LEVELS.get(method, logging.INFO) < self.level:
-            raise structlog.DropEvent
-        return event_dict
-
-
-def configure_logging(level: str) -> LogCounter:
-    """The benchmark's own choice (library code never configures logging): stderr only."""
-    counter = LogCounter(logging.getLevelNamesMapping()[level.upper()])
-    structlog.configure(
-        processors=[
-            counter,
-            structlog.processors.add_log_level,
-            structlog.processors.format_exc_info,
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(min(logging.INFO, counter.level)),
-        cache_logger_on_first_use=False,
-    )
-    return counter
-
-
 # -- one run of trio-ccm ------------------------------------------------------------------------
 @dataclass
 class Run:
@@ -474,19 +392,6 @@ class Run:
     @property
     def lb_calls(self) -> int:
         return sum(n for m, n in self.cloud_by_method.items() if "LoadBalancer" in m)
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _sum(registry: prometheus_client.CollectorRegistry, name: str) -> float:
-    return sum(
-        sample.value
-        for metric in registry.collect()
-        for sample in metric.samples
-        if sample.name == name
-    )
 
 
 async def _wait_quiet(transport: KubeTransport, backends: Backends, limit_s: float) -> None:
@@ -550,7 +455,7 @@ async def run_phase(
                 serve,
                 settings,
                 RecordingProvider(inner, backends),
-                connection=_connection(),
+                connection=emulator_connection(),
                 transport=transport,
                 registry=registry,
                 identity="ccm",
@@ -568,7 +473,7 @@ async def run_phase(
         mark = len(cloud.calls)
         calls0, logs0 = Counter(backends.calls), Counter(logs.counts)
         requests0, events0 = Counter(transport.requests), transport.event_writes
-        budget0 = _sum(registry, "cloudprovider_api_budget_wait_seconds_sum")
+        budget0 = metric_sum(registry, "cloudprovider_api_budget_wait_seconds_sum")
         cpu0, wall0, t0 = time.process_time(), time.perf_counter(), trio.current_time()
         if phase == "create":
             transport.expect(keys)
@@ -612,7 +517,9 @@ async def run_phase(
         run.event_writes = transport.event_writes - events0
         run.failed_writes = dict(transport.failed_writes)
         run.logs = dict(Counter(logs.counts) - logs0)
-        run.budget_wait_s = _sum(registry, "cloudprovider_api_budget_wait_seconds_sum") - budget0
+        run.budget_wait_s = (
+            metric_sum(registry, "cloudprovider_api_budget_wait_seconds_sum") - budget0
+        )
         if phase == "nodeset":
             seen = [transport.pid_at.get(node_name(i)) for i in range(nodes, nodes + added)]
             if added and None not in seen:
@@ -1030,7 +937,7 @@ def main(argv: list[str] | None = None) -> None:
     nodes = args.nodes or (50 if args.quick else 500)
     added = args.added or (5 if args.quick else 50)
     phases = set(args.only or ("create", "nodeset", "model"))
-    logs = configure_logging(args.log_level)
+    logs = quiet_logging(args.log_level)
     started = time.perf_counter()
 
     print(
@@ -1038,7 +945,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{INSTANCE_LATENCY_S * 1000:g} ms per instance call, no throttling; trio-ccm cloud "
         f"budget load_balancers {LB_RATE:g}/s burst {LB_BURST}, defaults otherwise"
     )
-    print(f"Python {platform.python_version()}, {platform.machine()}")
+    print(machine_line())
     runs: dict[tuple[str, str], Run] = {}
     for phase, size in (("create", (services, CREATE_NODES, 0)), ("nodeset", None)):
         if phase not in phases:
@@ -1100,8 +1007,8 @@ def main(argv: list[str] | None = None) -> None:
 
     took_s = time.perf_counter() - started
     real_nodeset = runs.get(("nodeset", "real"))
-    peak_rss_mb = _peak_rss_mb()
-    print(f"\npeak RSS {peak_rss_mb:,.0f} MB; the whole run took {took_s:.1f} s")
+    peak_mb = peak_rss_mb()
+    print(f"\npeak RSS {peak_mb:,.0f} MB; the whole run took {took_s:.1f} s")
     goal_met: bool | None = None
     if real_nodeset is not None:
         goal_met = real_nodeset.done_s < GOAL_NODESET_S
@@ -1173,10 +1080,10 @@ def main(argv: list[str] | None = None) -> None:
         "go_model_nodeset_calls": go_nodeset_default.updates if go_nodeset_default else None,
         "go_model_nodeset_fast_s": num(go_nodeset_fast.names_s) if go_nodeset_fast else None,
         "goal_met": goal_met,
-        "peak_rss_mb": round(peak_rss_mb),
+        "peak_rss_mb": round(peak_mb),
         "wall_s": round(took_s, 1),
     }
-    print(json.dumps(figures))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

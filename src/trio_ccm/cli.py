@@ -17,11 +17,13 @@ within `FORCED_EXIT_S` whatever cleanup is left (as the Go CCM exits on a second
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
 import sys
 import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -241,9 +243,35 @@ def _process_registry() -> prometheus_client.CollectorRegistry:
     return registry
 
 
+TRACEMALLOC_ENV: Final = "TRIO_CCM_TRACEMALLOC"
+"""A debugging aid (docs/benchmarks.md, "Where the bytes go"): when set to a path prefix,
+the process traces its allocations (one frame each) and writes a `tracemalloc` snapshot to
+PREFIX-N.snapshot (N = 0, 1, ...) on each SIGUSR1. Tracing costs memory and CPU: never in
+production."""
+
+
+async def _serve_tracemalloc_snapshots(prefix: str) -> None:
+    """Write a snapshot on each SIGUSR1 (until cancelled)."""
+    with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async for _ in signals:
+            _write_snapshot(prefix)
+
+
+def _write_snapshot(prefix: str) -> None:
+    index = 0
+    while os.path.exists(f"{prefix}-{index}.snapshot"):
+        index += 1
+    gc.collect()
+    tracemalloc.take_snapshot().dump(f"{prefix}-{index}.snapshot")
+    log.info("ccm.tracemalloc-snapshot", path=f"{prefix}-{index}.snapshot")
+
+
 def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
     shutdown = Shutdown()
     registry = _process_registry()
+    snapshots = os.environ.get(TRACEMALLOC_ENV, "")
+    if snapshots:
+        tracemalloc.start(1)
 
     async def run() -> None:
         holder: list[Serving] = []
@@ -265,6 +293,8 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
                             on_force=_exit_soon,
                         )
                     )
+                    if snapshots:
+                        nursery.start_soon(_serve_tracemalloc_snapshots, snapshots)
                     holder.append(await nursery.start(replica))
         finally:
             await aclose_provider(provider)

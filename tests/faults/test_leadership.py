@@ -29,7 +29,7 @@ from trio_ccm.flags import parse_flags
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing import ApiServer, SimCloud, make_service, register_node, virtual_now
 from trio_ccm.testing.chaos import ChaosConfig, run_chaos
-from trio_ccm.testing.harness import emulator_connection
+from trio_ccm.testing.harness import emulator_connection, wait_for
 from trio_ccm.testing.referee import CloudRecorder, LeaseRecorder, violations
 
 LEASE = (4.0, 3.0, 1.0)  # duration, renew deadline, retry period
@@ -251,8 +251,7 @@ async def test_a_drain_under_load_leaves_steps_queued_for_the_cloud_to_the_next_
             await a.done.wait()
             await b.serving.wait_leading()
             took = trio.current_time() - shut_at
-            while not provisioned():
-                await trio.sleep(1.0)
+            await wait_for(provisioned, poll_s=1.0)
     assert took <= 6.0  # the call under way, not the queue (19 more tokens: 38 s)
     a_ensures = {x.target for x in a.cloud.writes}
     assert len(a_ensures) <= 2  # the step under way (and none started after the drain began)

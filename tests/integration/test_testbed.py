@@ -129,6 +129,39 @@ async def test_running_instances_register_tainted_ready_nodes(
     assert {i.state for i in added} == {"running"}
 
 
+async def test_initialised_nodes_register_as_a_ccm_left_them_and_later_ones_join_new(
+    autojump_clock: trio.testing.MockClock, server: ApiServer, cloud: SimCloud
+) -> None:
+    """add_nodes(initialised=True) registers Nodes with the sim provider ID, the topology labels
+    (and their legacy twins), the instance's IP before the hostname and no taint; an instance
+    added later through the cloud joins as a new, tainted Node."""
+    testbed = make_testbed(server, cloud)
+    (instance,) = testbed.add_nodes(1, initialised=True)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(testbed.serve)
+            obj = node(server, instance.name)
+            assert obj["spec"] == {"providerID": f"sim://sim-region-1a/{instance.id}"}
+            labels = obj["metadata"]["labels"]
+            for key, value in [
+                ("node.kubernetes.io/instance-type", "sim.small"),
+                ("beta.kubernetes.io/instance-type", "sim.small"),
+                ("topology.kubernetes.io/zone", "sim-region-1a"),
+                ("failure-domain.beta.kubernetes.io/zone", "sim-region-1a"),
+                ("topology.kubernetes.io/region", "sim-region-1"),
+                ("failure-domain.beta.kubernetes.io/region", "sim-region-1"),
+            ]:
+                assert labels[key] == value
+            assert obj["status"]["addresses"] == [
+                {"type": "InternalIP", "address": instance.internal_ips[0]},
+                {"type": "Hostname", "address": instance.name},
+            ]
+            joined = cloud.add_instance("joined", zone="sim-region-1b")
+            await trio.sleep(testbed.poll_s + 0.5)
+            assert node(server, joined.name)["spec"]["taints"][0]["key"] == UNINITIALIZED
+            nursery.cancel_scope.cancel()
+
+
 def test_add_nodes_numbers_on_from_the_highest_name(server: ApiServer, cloud: SimCloud) -> None:
     """add_nodes continues after the highest node-NNNN already in the cloud."""
     cloud.add_instance("node-0007")

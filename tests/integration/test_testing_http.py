@@ -1,4 +1,4 @@
-"""The test tooling's one HTTP core: both front doors hand a handler the same request."""
+"""The test tooling's one HTTP core: every front door hands a handler the same request."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from trio_ccm.testing._http import (
     Request,
     Response,
     StreamAborted,
+    serve_http1,
 )
 from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.cloud import SimCloud
@@ -69,7 +70,20 @@ async def over_http() -> AsyncIterator[httpx.AsyncClient]:
         nursery.cancel_scope.cancel()
 
 
-DOORS = [pytest.param(in_process, id="in-process"), pytest.param(over_http, id="http")]
+@asynccontextmanager
+async def over_http1() -> AsyncIterator[httpx.AsyncClient]:
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(serve_http1, echo, host="127.0.0.1", port=0))
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            yield client
+        nursery.cancel_scope.cancel()
+
+
+DOORS = [
+    pytest.param(in_process, id="in-process"),
+    pytest.param(over_http, id="http-asgi"),
+    pytest.param(over_http1, id="http1"),
+]
 
 
 @pytest.mark.parametrize("door", DOORS)
@@ -163,3 +177,35 @@ async def test_emulator_and_sim_cloud_read_a_repeated_header_alike() -> None:
         )
     assert table.json()["kind"] == "Table"
     assert [call.replica for call in cloud.calls] == ["ccm-0, ccm-1"]
+
+
+async def test_http1_releases_a_stream_when_its_client_hangs_up() -> None:
+    """Over serve_http1, a client that closes its connection mid-stream ends the stream:
+    the body is closed and its cleanup runs; a refused request is a 503."""
+    released = trio.Event()
+
+    async def forever() -> AsyncIterator[bytes]:
+        yield b"first\n"
+        await trio.sleep_forever()
+        yield b""  # pragma: no cover
+
+    async def handler(request: Request) -> Response:
+        if request.path == "/refuse":
+            raise Refused("test outage")
+        return Response(200, forever(), cleanup=released.set)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve_http1, handler, host="127.0.0.1", port=0))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                assert (await client.get("/refuse")).status_code == 503
+            # A raw socket, so the client side closes with nothing left half-read.
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
+            received = b""
+            while b"first" not in received:
+                received += await stream.receive_some()
+            assert received.startswith(b"HTTP/1.1 200 ")
+            await stream.aclose()
+            await released.wait()
+            nursery.cancel_scope.cancel()

@@ -377,6 +377,21 @@ def test_version_prints_the_version(capsys: pytest.CaptureFixture[str], argv: li
             id="testbed-not-loopback",
         ),
         pytest.param(
+            ["testbed", "--kubeconfig-out=k", "--cloud-config-out=c", "--lb-network=10.0.0.0/33"],
+            "argument --lb-network: '10.0.0.0/33': an IPv4 CIDR, e.g. 10.128.0.0/9",
+            id="testbed-bad-lb-network",
+        ),
+        pytest.param(
+            [
+                "testbed",
+                "--kubeconfig-out=k",
+                "--cloud-config-out=c",
+                "--service-node-port-range=32767-30000",
+            ],
+            "argument --service-node-port-range: '32767-30000': give FIRST-LAST ports",
+            id="testbed-bad-node-port-range",
+        ),
+        pytest.param(
             ["demo", "--cloud-port=70000"],
             "argument --cloud-port: 70000: must be between 0 and 65535",
             id="demo-bad-port",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from functools import partial
 from typing import Final
 
@@ -50,7 +50,7 @@ from trio_ccm.cloud.provider import (
 )
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.client import KubeError, NotFoundError
-from trio_ccm.kube.informer import Gone
+from trio_ccm.kube.informer import Gone, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses
 from trio_ccm.kube.wellknown import (
@@ -69,6 +69,7 @@ from trio_ccm.kube.wellknown import (
     TAINT_UNINITIALIZED,
 )
 from trio_ccm.logs import get_logger
+from trio_ccm.mailbox import Mailbox
 from trio_ccm.settings import Settings
 
 __all__ = ["CloudNodeController", "NodeMetrics"]
@@ -141,8 +142,10 @@ class CloudNodeController(Controller):
             limiter=trio.CapacityLimiter(concurrency),
             backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
         )
+        inbox: Mailbox[str, Update[Node]] = Mailbox()
         async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
-            nursery.start_soon(actors.serve, mailbox)
+            nursery.start_soon(actors.serve, inbox)
+            nursery.start_soon(term.route, mailbox, inbox, actors)
             # Upstream's loop: --node-status-update-frequency after each run ended (sliding).
             nursery.start_soon(
                 partial(
@@ -153,6 +156,16 @@ class CloudNodeController(Controller):
                     sliding=True,
                 )
             )
+
+
+def _legacy_labels_wanted(node: Node) -> dict[str, str]:
+    """The GA topology labels a Node lacks while it has their beta twins."""
+    labels = node.metadata.labels
+    return {
+        ga: labels[beta]
+        for beta, ga in _LEGACY_LABELS
+        if beta in labels and labels.get(ga) != labels[beta]
+    }
 
 
 class _Term:
@@ -174,7 +187,9 @@ class _Term:
         # refusal Warning was given for. Seeded from the cache, kept by `sync`, dropped by
         # `forget`.
         self.provider_ids: dict[str, str] = {}
-        self.claims: dict[str, set[str]] = {}
+        # Nodes per provider ID: almost always one, so a tuple (a set would cost 216 bytes
+        # per Node, which adds up at 100,000 Nodes).
+        self.claims: dict[str, tuple[str, ...]] = {}
         self.refused: dict[str, str] = {}
         for node in ctx.nodes.items():
             self.note(node)
@@ -185,14 +200,17 @@ class _Term:
         if provider_id and self.provider_ids.get(name) != provider_id:
             self.forget_claim(name)
             self.provider_ids[name] = provider_id
-            self.claims.setdefault(provider_id, set()).add(name)
+            owners = self.claims.get(provider_id, ())
+            if name not in owners:
+                self.claims[provider_id] = (*owners, name)
 
     def forget_claim(self, name: str) -> None:
         provider_id = self.provider_ids.pop(name, None)
         if provider_id is not None:
-            owners = self.claims.get(provider_id, set())
-            owners.discard(name)
-            if not owners:
+            owners = tuple(n for n in self.claims.get(provider_id, ()) if n != name)
+            if owners:
+                self.claims[provider_id] = owners
+            else:
                 self.claims.pop(provider_id, None)
 
     def forget(self, name: str) -> None:
@@ -220,6 +238,31 @@ class _Term:
         return found
 
     # -- one Node ------------------------------------------------------------------------
+    async def route(
+        self,
+        mailbox: Mailbox[str, Update[Node]],
+        inbox: Mailbox[str, Update[Node]],
+        actors: Container[str],
+    ) -> None:
+        """Hand the actors only the Nodes with work to do (or whose actor is alive, so it
+        never works on a value older than the cache). An initialised Node's heartbeats are
+        no work: they are noted here, without an actor (at 100,000 Nodes, a few hundred
+        heartbeats a second would otherwise keep thousands of idle actors alive)."""
+        async for name, update in mailbox:
+            if name in actors or self.has_work(update):
+                inbox.put(name, update)
+
+    def has_work(self, update: Update[Node]) -> bool:
+        """What `sync` would act on: a Node gone, one to initialise or with legacy labels
+        to reconcile. Notes the provider ID of the others, as `sync` would."""
+        if isinstance(update, Gone):
+            return True
+        node = update.obj
+        self.note(node)
+        if node.metadata.deletion_timestamp:
+            return False
+        return has_taint(node, TAINT_UNINITIALIZED) or bool(_legacy_labels_wanted(node))
+
     async def sync(self, name: str, message: Message[Node]) -> str | None:
         """One Node: initialise it while it carries the uninitialized taint, else reconcile
         its legacy labels. Returns the resourceVersion of our last write (echo check)."""
@@ -237,12 +280,7 @@ class _Term:
         return await self.initialize(node)
 
     async def reconcile_legacy_labels(self, node: Node) -> str | None:
-        labels = node.metadata.labels
-        wanted = {
-            ga: labels[beta]
-            for beta, ga in _LEGACY_LABELS
-            if beta in labels and labels.get(ga) != labels[beta]
-        }
+        wanted = _legacy_labels_wanted(node)
         if not wanted:
             return None
         async with self.write_limiter:
@@ -317,7 +355,7 @@ class _Term:
         """Another Node that keeps `provider_id`'s instance from this one: one already
         initialised, or an older uninitialised one."""
         mine = (node.metadata.creation_timestamp, node.metadata.name)
-        for other_name in sorted(self.claims.get(provider_id, set()) - {node.metadata.name}):
+        for other_name in sorted(set(self.claims.get(provider_id, ())) - {node.metadata.name}):
             other = self.ctx.nodes.get(other_name)
             if other is None or other.metadata.deletion_timestamp:
                 continue

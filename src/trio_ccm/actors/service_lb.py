@@ -31,6 +31,7 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import math
 from collections.abc import Sequence
@@ -109,8 +110,9 @@ DRIFT_CHECK_PERIOD_S: Final = 1800.0
 _NODE_NAMES_LIMIT: Final = 20
 _LATENCY_BUCKETS: Final = tuple(2.0**k for k in range(15))  # 1 s .. 16384 s, as upstream
 
-NodeSet = frozenset[tuple[str, str]]
-"""The backends as the controller compares them: (Node name, provider ID) pairs."""
+NodeSet = bytes
+"""The backends as the controller compares them: a digest of the (Node name, provider ID)
+pairs in name order (16 bytes, where a set of the pairs took 160 bytes per Node)."""
 
 
 # -- upstream's predicates ---------------------------------------------------------------
@@ -413,6 +415,7 @@ class _Term:
         self.deferred_added = Wake()
         self.node_pass: _NodeSyncPass | None = None
         self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
+        self.views_stale = False  # a stable Node's view changed since `backends` was built
         self.backends = self.refresh_backends()
 
     def record(self, key: str) -> _Record:
@@ -519,21 +522,33 @@ class _Term:
         """Push a changed node set to every load balancer, once the changes have settled:
         no change of the set for NODE_SYNC_COALESCE_S, or NODE_SYNC_MAX_WAIT_S after the
         first. Readiness, heartbeats and labels other than the exclusion label are no
-        change (upstream's predicates)."""
+        change (upstream's predicates).
+
+        The set is kept as it changes, one Node per notification (its membership: the
+        provider ID of a stable Node, or absent), so the steady stream of heartbeats of a
+        large cluster costs a dict lookup each; the Nodes are read again (sorted, their
+        views rebuilt where they changed) only once a change has settled."""
         current = self.backends.node_set
+        members = self.members(self.backends)
         while True:
-            await mailbox.get()
+            key, _ = await mailbox.get()
+            moved = self._noted(members, key)
+            while len(mailbox):  # already in the cache too: part of the set as it is now
+                key, _ = mailbox.get_nowait()
+                moved = self._noted(members, key) or moved
+            if not moved:
+                continue
             give_up_at = trio.current_time() + NODE_SYNC_MAX_WAIT_S
-            seen = self.node_set(self.stable_nodes())
             while trio.current_time() < give_up_at:
                 await trio.sleep(NODE_SYNC_COALESCE_S)
+                moved = False
                 while len(mailbox):
-                    mailbox.get_nowait()
-                now = self.node_set(self.stable_nodes())
-                if now == seen:
+                    key, _ = mailbox.get_nowait()
+                    moved = self._noted(members, key) or moved
+                if not moved:
                     break
-                seen = now
             backends = self.refresh_backends()
+            members = self.members(backends)
             if backends.node_set == current:
                 continue
             current = backends.node_set
@@ -558,6 +573,30 @@ class _Term:
                     self.deferred.pop(key, None)
                     self.send(key, Changed(service))
 
+    def _noted(self, members: dict[str, str], name: str) -> bool:
+        """Bring Node `name`'s membership in `members` up to date; whether it changed. A
+        change of its providers' view alone (addresses, labels, readiness) only marks the
+        views stale: they are rebuilt when a load balancer next needs them."""
+        node = self.ctx.nodes.get(name)
+        if node is None or not stable_node(node):
+            return members.pop(name, None) is not None
+        version = node.metadata.resource_version
+        cached = self.infos.get(name)
+        if cached is not None and cached[0] != version:
+            if cached[1] == node_info(node):
+                self.infos[name] = (version, cached[1])  # a heartbeat: the same view
+            else:
+                self.views_stale = True
+        before = members.get(name)
+        members[name] = node.spec.provider_id
+        return before != node.spec.provider_id
+
+    def current_backends(self) -> _Backends:
+        """The backends, their views rebuilt first if a Node's view changed meanwhile."""
+        if self.views_stale:
+            self.refresh_backends()
+        return self.backends
+
     def stable_nodes(self) -> list[Node]:
         return sorted(
             (n for n in self.ctx.nodes.items() if stable_node(n)), key=lambda n: n.metadata.name
@@ -565,7 +604,16 @@ class _Term:
 
     @staticmethod
     def node_set(nodes: Sequence[Node]) -> NodeSet:
-        return frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
+        """The digest of the (name, provider ID) pairs of `nodes` (sorted by name)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for node in nodes:
+            digest.update(f"{node.metadata.name}\t{node.spec.provider_id}\n".encode())
+        return digest.digest()
+
+    @staticmethod
+    def members(backends: _Backends) -> dict[str, str]:
+        """The node set as `watch_nodes` keeps it: Node name -> provider ID."""
+        return {n.metadata.name: n.spec.provider_id for n in backends.nodes}
 
     def refresh_backends(self) -> _Backends:
         """Read the stable Nodes again; a Node's view is rebuilt only if it changed."""
@@ -576,6 +624,7 @@ class _Term:
             cached = self.infos.get(name)
             infos[name] = cached if cached and cached[0] == version else (version, node_info(node))
         self.infos = infos
+        self.views_stale = False
         self.backends = _Backends(
             tuple(nodes), self.node_set(nodes), tuple(infos[n.metadata.name][1] for n in nodes)
         )
@@ -676,7 +725,7 @@ class _Term:
             self.refuse(key, record, service, "; ".join(problems))
             return None
         record.invalid = None
-        backends = self.backends
+        backends = self.current_backends()
         previous = record.synced
         unchanged = (
             previous is not None

@@ -1,13 +1,17 @@
 """The one HTTP core of the test tooling: what the emulator and the simulated cloud speak.
 
-A server core is an async handler, `(Request) -> Response`. It reaches clients through two
+A server core is an async handler, `(Request) -> Response`. It reaches clients through
 front doors that behave alike:
 
 - `InProcessTransport(handler)`: an `httpx.AsyncBaseTransport` in the manner of
   `httpx.MockTransport`. No sockets, so it runs under `trio.testing.MockClock`; a request
   yields to the scheduler once before it is handled, as a real one would.
+- `serve_http1(handler, ...)`: plain HTTP/1.1 on a socket, with h11 and nothing else. Each
+  answer with a bytes body leaves in one write (status line, headers and body together).
+  This is the plain-HTTP door: it costs about a third of what the ASGI door costs per
+  request, so the emulator keeps ahead of the clients that measure it (issue 18).
 - `AsgiApp(handler)`: an ASGI application, served by `trio_ccm.http.serve_asgi` on
-  hypercorn's Trio worker.
+  hypercorn's Trio worker: the TLS door (HTTP/2 by ALPN).
 
 Contracts both doors keep:
 
@@ -30,6 +34,7 @@ Contracts both doors keep:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -40,13 +45,15 @@ from collections.abc import (
     MutableMapping,
 )
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, quote, unquote
 
+import h11
 import httpx
 import trio
 
-from trio_ccm.http import answer_lifespan, read_body
+from trio_ccm.http import answer_lifespan, bind_socket, read_body
 
 __all__ = [
     "AsgiApp",
@@ -58,6 +65,7 @@ __all__ = [
     "Request",
     "Response",
     "StreamAborted",
+    "serve_http1",
 ]
 
 Body = bytes | AsyncIterator[bytes]
@@ -334,3 +342,154 @@ async def _cancel_on_disconnect(receive: _Receive, scope: trio.CancelScope) -> N
         if message["type"] == "http.disconnect":
             scope.cancel()
             return
+
+
+# -- plain HTTP/1.1 --------------------------------------------------------------------
+_RECEIVE_BYTES = 64 * 1024
+_NO_BODY_STATUSES = frozenset({204, 304})
+
+
+async def serve_http1(
+    handler: Handler,
+    *,
+    host: str,
+    port: int,
+    keep_alive_timeout_s: float = 75.0,
+    max_request_bytes: int = 1024 * 1024,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve `handler` over plain HTTP/1.1 until cancelled; `task_status.started(port)` once
+    the socket accepts. A connection idle for `keep_alive_timeout_s` between requests is
+    closed; a request line and headers longer than `max_request_bytes` are refused (431)."""
+    sock = bind_socket(host, port)
+    try:
+        bound_port: int = sock.getsockname()[1]
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        connection = partial(_serve_connection, handler, keep_alive_timeout_s, max_request_bytes)
+        async with trio.open_nursery() as nursery:
+            task_status.started(bound_port)
+            await trio.serve_listeners(connection, [listener], handler_nursery=nursery)
+    finally:
+        sock.close()
+    raise AssertionError("serve_listeners returned without being cancelled")
+
+
+async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> Any:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        if conn.they_are_waiting_for_100_continue:
+            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
+        conn.receive_data(await stream.receive_some(_RECEIVE_BYTES))
+
+
+async def _serve_connection(
+    handler: Handler, keep_alive_s: float, max_request_bytes: int, stream: trio.SocketStream
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_request_bytes)
+    try:
+        while True:
+            head = None
+            with trio.move_on_after(keep_alive_s):
+                head = await _next_event(conn, stream)
+            if not isinstance(head, h11.Request):
+                return  # idle too long, or the client closed the connection
+            chunks: list[bytes] = []
+            while not isinstance(event := await _next_event(conn, stream), h11.EndOfMessage):
+                if isinstance(event, h11.ConnectionClosed):
+                    return
+                if isinstance(event, h11.Data):
+                    chunks.append(event.data)
+            await _answer(handler, conn, stream, _request_of(head, b"".join(chunks)))
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except h11.RemoteProtocolError as exc:
+        if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                response = Response(exc.error_status_hint, f"{exc}\n".encode())
+                await stream.send_all(_whole(conn, response, head=False))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_DEADLINE_S):
+            await stream.aclose()
+
+
+def _request_of(head: h11.Request, body: bytes) -> Request:
+    path, _, query = head.target.partition(b"?")
+    return Request.build(
+        head.method.decode("ascii"),
+        path.decode("latin-1"),
+        query.decode("latin-1"),
+        [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers.raw_items()],
+        body,
+    )
+
+
+def _h11_headers(response: Response) -> list[tuple[bytes, bytes]]:
+    return [
+        (k.encode("latin-1"), v.encode("latin-1"))
+        for k, v in response.headers
+        if k.lower() != "content-length"
+    ]
+
+
+def _whole(conn: h11.Connection, response: Response, *, head: bool) -> bytes:
+    """A response with a bytes body, as the one buffer it is sent in."""
+    assert isinstance(response.body, bytes)
+    headers = _h11_headers(response)
+    body = b"" if head or response.status in _NO_BODY_STATUSES else response.body
+    if response.status not in _NO_BODY_STATUSES:
+        headers.append((b"content-length", b"%d" % len(response.body)))
+    data = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+    if body:
+        data += conn.send(h11.Data(data=body)) or b""
+    return data + (conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _answer(
+    handler: Handler, conn: h11.Connection, stream: trio.SocketStream, request: Request
+) -> None:
+    try:
+        response = await handler(request)
+    except Refused:
+        response = Response(503, b"", [("content-length", "0")])
+    if isinstance(response.body, bytes):
+        if response.cleanup is not None:
+            response.cleanup()
+        await stream.send_all(_whole(conn, response, head=request.method == "HEAD"))
+        return
+    body = response.body
+    finished = False
+    try:
+        headers = _h11_headers(response)
+        await stream.send_all(
+            conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_hangup, stream, nursery.cancel_scope)
+            try:
+                async for chunk in body:
+                    if chunk:
+                        await stream.send_all(conn.send(h11.Data(data=chunk)) or b"")
+                finished = True
+            except (StreamAborted, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # no last chunk: the client sees the connection break when it closes
+            nursery.cancel_scope.cancel()
+    finally:
+        # Shielded so a cancelled connection still releases its watcher; bounded in case
+        # the body's own cleanup hangs.
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_DEADLINE_S):
+            await _close(body, response.cleanup)
+    if finished:
+        await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _cancel_on_hangup(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    """While a body streams, the client sends nothing; end the stream when it hangs up."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while await stream.receive_some(_RECEIVE_BYTES):
+            pass
+    scope.cancel()

@@ -60,7 +60,7 @@ from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 from trio_ccm.testing.cloud import SimCloud, cloud_config, serve_sim_cloud
-from trio_ccm.testing.testbed import Census, Fleet, Testbed
+from trio_ccm.testing.testbed import NODE_LEASE_S, Census, Fleet, Testbed
 
 if TYPE_CHECKING:
     from trio_ccm.testing.aws import MotoServer
@@ -294,7 +294,60 @@ def _testbed_parser() -> argparse.ArgumentParser:
         "(or apply them later with the kubeconfig); the kubeconfig gets an admin token",
     )
     _add_listener_arguments(parser)
+    _add_scale_arguments(parser)
     return parser
+
+
+# -- testbed flags for a large world (issue 18; read with getattr in _open_world, since the
+# demo's parser does not have them) --------------------------------------------------------
+def _node_port_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    try:
+        first, last = int(low), int(high)
+    except ValueError:
+        first = last = 0
+    if not 1 <= first <= last <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give FIRST-LAST ports, e.g. 30000-32767")
+    return first, last
+
+
+def _lb_network(text: str) -> str:
+    try:
+        network = ipaddress.IPv4Network(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: an IPv4 CIDR, e.g. 10.128.0.0/9") from exc
+    return str(network)
+
+
+def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
+    scale = parser.add_argument_group("a large world")
+    scale.add_argument(
+        "--initialised",
+        action="store_true",
+        help="the --nodes register as a CCM leaves them in a running cluster (provider ID, "
+        "topology labels, IPs, no uninitialized taint); instances added later join as new "
+        "Nodes",
+    )
+    scale.add_argument(
+        "--lb-network",
+        type=_lb_network,
+        default=None,
+        metavar="CIDR",
+        help="the pool load-balancer IPs come from (default 203.0.113.0/24: 253 load balancers)",
+    )
+    scale.add_argument(
+        "--service-node-port-range",
+        type=_node_port_range,
+        default=None,
+        metavar="FIRST-LAST",
+        help="the emulator's NodePort range, as kube-apiserver's flag (default 30000-32767)",
+    )
+    scale.add_argument(
+        "--no-node-leases",
+        action="store_true",
+        help="kubelets keep no node Lease (a Lease write every 10 s per Node is more than "
+        "the emulator can take for 100,000 Nodes; a CCM does not read them)",
+    )
 
 
 def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
@@ -369,24 +422,45 @@ async def _open_world(
     """Start the two listeners and the kubelets in `nursery`; write the kubeconfig."""
     rbac: list[str] | None = getattr(args, "rbac", None)
     token = secrets.token_urlsafe(24) if rbac is not None else None
-    api = ApiServer(admin_token=token, rbac=rbac is not None, seed=args.seed)
+    port_range = getattr(args, "service_node_port_range", None)
+    api = ApiServer(
+        admin_token=token,
+        rbac=rbac is not None,
+        seed=args.seed,
+        **({"node_port_range": port_range} if port_range else {}),
+    )
     problem = _load_rbac(api, rbac or [])
     if problem:
         raise ConfigError(problem)
     fleet: Fleet
     environ: Mapping[str, str] = {}
+    initialised = getattr(args, "initialised", False)
+    lb_network = getattr(args, "lb_network", None)
     if args.cloud == "aws":
+        if initialised or lb_network:
+            raise ConfigError(
+                "--initialised and --lb-network are for the simulated cloud, not --cloud=aws"
+            )
         fleet, cloud_url, config, environ = await _open_aws(nursery, args, nodes=nodes)
     else:
-        cloud = fleet = SimCloud(seed=args.seed)
+        cloud = fleet = SimCloud(
+            seed=args.seed, **({"lb_network": lb_network} if lb_network else {})
+        )
         cloud_listening = await nursery.start(
             partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
         )
         cloud_url = cloud_listening.url
         config = cloud_config(cloud_url)
-    testbed = Testbed(api, fleet, heartbeat_s=args.heartbeat, seed=args.seed, token=token)
+    testbed = Testbed(
+        api,
+        fleet,
+        heartbeat_s=args.heartbeat,
+        seed=args.seed,
+        token=token,
+        node_lease_s=None if getattr(args, "no_node_leases", False) else NODE_LEASE_S,
+    )
     if args.cloud == "sim":
-        testbed.add_nodes(nodes)
+        testbed.add_nodes(nodes, initialised=initialised)
     api_listening = await nursery.start(
         partial(serve_apiserver, api, host=args.host, port=args.port, tls=args.tls)
     )

@@ -24,6 +24,11 @@ that marks silent Nodes `Unknown`:
   upstream's kubelet does; a stopped kubelet stops renewing it. `node_lease_s=None` keeps
   no Leases.
 
+`add_nodes(n, initialised=True)` has those kubelets register their Nodes as a CCM will have
+left them in a running cluster (the provider ID, the instance-type, zone and region labels
+and their legacy twins, the instance's IPs, no uninitialized taint), so that a large cluster
+can be stood up in its steady state; other instances (the admin API's) join as new Nodes.
+
 A kubelet whose Node is deleted while its instance runs does not register it again (a
 real kubelet registers once per start). The cloud is polled every `poll_s` (1 s) through
 the `SimCloud` Python API, so instances added, stopped, started or terminated through the
@@ -56,6 +61,7 @@ from typing import Final, NoReturn, Protocol
 import structlog
 import trio
 
+from trio_ccm.cloud.sim.instances import provider_id
 from trio_ccm.kube.client import (
     AlreadyExistsError,
     KubeClient,
@@ -68,7 +74,12 @@ from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.kube.wellknown import (
     CONDITION_READY,
     LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_LEGACY,
+    LABEL_REGION,
+    LABEL_REGION_LEGACY,
     LABEL_ZONE,
+    LABEL_ZONE_LEGACY,
     TAINT_UNINITIALIZED,
 )
 from trio_ccm.testing.apiserver import ApiServer
@@ -173,27 +184,56 @@ class Fleet(Protocol):
         ...
 
 
-def node_manifest(instance: FleetInstance, *, now: dt.datetime) -> dict[str, JSONValue]:
-    """The Node a kubelet started with `--cloud-provider=external` registers for `instance`."""
+def node_manifest(
+    instance: FleetInstance, *, now: dt.datetime, initialised: bool = False
+) -> dict[str, JSONValue]:
+    """The Node a kubelet started with `--cloud-provider=external` registers for `instance`;
+    `initialised` (a simulated cloud's instance only): as the sim provider's CCM then leaves
+    it (module docstring)."""
     stamp = _format_time(now)
+    hostname = instance.hostname or instance.name
+    labels: dict[str, JSONValue] = {
+        LABEL_HOSTNAME: hostname,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+    }
+    spec: dict[str, JSONValue] = {
+        "taints": [{"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+    }
+    addresses: list[JSONValue] = [{"type": "Hostname", "address": hostname}]
+    if initialised:
+        if not isinstance(instance, Instance):
+            raise TypeError(
+                f"initialised Nodes are for the simulated cloud's instances: {instance!r}"
+            )
+        for current, legacy, value in (
+            (LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_LEGACY, instance.instance_type),
+            (LABEL_ZONE, LABEL_ZONE_LEGACY, instance.zone),
+            (LABEL_REGION, LABEL_REGION_LEGACY, instance.region),
+        ):
+            labels[current] = labels[legacy] = value
+        spec = {"providerID": provider_id(instance.zone, instance.id)}
+        cloud: list[JSONValue] = [
+            {"type": kind, "address": ip}
+            for kind, ips in (
+                ("InternalIP", instance.internal_ips),
+                ("ExternalIP", instance.external_ips),
+            )
+            for ip in ips
+        ]
+        addresses = cloud + addresses
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": instance.name,
-            "labels": {
-                LABEL_HOSTNAME: instance.hostname or instance.name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/os": "linux",
-                "beta.kubernetes.io/arch": "amd64",
-            },
+            "labels": labels,
         },
-        "spec": {
-            "taints": [{"key": TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
-        },
+        "spec": spec,
         "status": {
-            "addresses": [{"type": "Hostname", "address": instance.hostname or instance.name}],
+            "addresses": addresses,
             "conditions": _conditions("True", stamp, heartbeat=True, transition=True),
             "capacity": {"cpu": "2", "memory": "4012836Ki", "pods": "110"},
             "allocatable": {"cpu": "2", "memory": "3910436Ki", "pods": "110"},
@@ -325,6 +365,7 @@ class Testbed:
             transport=api.transport(),
         )
         self._kubelets: dict[str, _Kubelet] = {}
+        self._initialised: set[str] = set()  # instances whose Node registers initialised
         self._wake = trio.Event()
         self._registrations = 0
         self._heartbeats = 0
@@ -332,10 +373,10 @@ class Testbed:
         self._unknown = 0
 
     # -- the fleet ------------------------------------------------------------------------
-    def add_nodes(self, count: int) -> list[Instance]:
+    def add_nodes(self, count: int, *, initialised: bool = False) -> list[Instance]:
         """Launch `count` running instances `node-NNNN` (numbered on from the highest such
         name), spread over three zones and three instance types; their Nodes register as
-        soon as `serve` sees them (at once when it runs)."""
+        soon as `serve` sees them (at once when it runs), `initialised` or as new Nodes."""
         if count < 0:
             raise ValueError(f"count={count}: cannot add a negative number of nodes")
         cloud = self.cloud
@@ -359,6 +400,8 @@ class Testbed:
                     instance_type=INSTANCE_TYPES[index % len(INSTANCE_TYPES)],
                 )
             )
+        if initialised:
+            self._initialised.update(instance.id for instance in added)
         self._wake.set()
         return added
 
@@ -533,7 +576,14 @@ class Testbed:
         """Create the Node (retrying failures); if it exists, post Ready=True on it."""
         while True:
             try:
-                await self._kube.create(NODES, node_manifest(instance, now=self._now()))
+                await self._kube.create(
+                    NODES,
+                    node_manifest(
+                        instance,
+                        now=self._now(),
+                        initialised=instance.id in self._initialised,
+                    ),
+                )
             except AlreadyExistsError:
                 try:
                     await self._post_ready(kubelet, transition=kubelet.ready != "True")

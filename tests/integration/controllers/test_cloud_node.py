@@ -292,3 +292,28 @@ async def test_periodic_address_sync_uses_one_bulk_call_per_period(
             "address": "10.9.9.9",
         }
         assert world.transport.writes[before:] == [Write(60.0, "PATCH", "/api/v1/nodes/n3/status")]
+
+
+async def test_heartbeats_of_initialised_nodes_wake_no_node_actor(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An initialised Node's status updates are no work for the cloud-node-controller: no
+    actor is spawned for them, nothing is looked up or written; a new Node still is."""
+    async with open_world() as world:
+        world.cloud.add_instance("steady")
+        world.register("steady", taints=[], provider_id="sim://sim-region-1a/i-steady")
+        with trio.fail_after(60):
+            async with world.running(NODE_CONTROLLERS) as serving:
+                for _ in range(5):
+                    await trio.sleep(10)
+                    await world.set_ready("steady", "True")
+                await trio.sleep(1)
+                stats = serving.debug_actors()
+                world.cloud.add_instance("new")
+                world.register("new")
+                await wait_for(lambda: initialised(world, "new"))
+        controllers = stats["controllers"]
+        assert isinstance(controllers, dict)
+        actors = controllers["cloud-node-controller"]["managers"]["cloud-node-controller"]
+        assert actors["statistics"]["spawned"] == 0
+        assert world.transport.node_writes("steady") == []

@@ -33,6 +33,7 @@ from trio_ccm.cloud.sim import (
     SimProvider,
     default_load_balancer_name,
 )
+from trio_ccm.cloud.sim.instances import BULK_QUERY_LIMIT
 from trio_ccm.errors import RetryAfter
 from trio_ccm.testing.cloud import SimCloud
 
@@ -213,12 +214,13 @@ async def test_bulk_metadata_for_many_nodes_lists_everything(
     cloud: SimCloud, provider: SimProvider
 ) -> None:
     """When the names would make a long query, the one bulk call lists every instance."""
-    names = [f"node-with-a-long-name-{i:04d}" for i in range(400)]
+    count = BULK_QUERY_LIMIT // 20  # names of 27 characters and a comma: over the limit
+    names = [f"node-with-a-long-name-{i:05d}" for i in range(count)]
     for name in names:
         cloud.add_instance(name)
     with trio.fail_after(LIMIT_S):
         answer = await _instances(provider).instances_metadata([NodeInfo(name=n) for n in names])
-    assert len(answer) == 400
+    assert len(answer) == count
     assert [(c.method, c.target) for c in cloud.calls] == [("ListInstances", "")]
 
 

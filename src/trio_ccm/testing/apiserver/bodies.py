@@ -185,31 +185,36 @@ def problems_in_order(schema: Schema, pairs: Any, shape: Shape, path: str = "") 
 
 
 def _walk_pairs(schema: Schema, value: Any, shape: Shape | None, path: str, out: list[str]) -> None:
+    # Hot on every strict write: a field's path is spelled out only where it is reported or
+    # where the walk goes on below it (objects and lists), not for each scalar.
     if isinstance(value, _Pairs):
         definition = schema.resolve(shape) if shape is not None else None
         element = shape.get("additionalProperties") if shape is not None else None
-        typed = definition is not None and definition.is_object
+        properties = (
+            definition.properties if definition is not None and definition.is_object else None
+        )
         seen: set[str] = set()
         for key, item in value:
-            where = f"{path}.{key}" if path else key
             child: Shape | None = None
-            if typed:
-                assert definition is not None
-                child = definition.properties.get(key)
+            if properties is not None:
+                child = properties.get(key)
                 if child is None:
                     if key not in seen:
-                        out.append(f'unknown field "{where}"')
+                        out.append(f'unknown field "{f"{path}.{key}" if path else key}"')
                     seen.add(key)
                     continue
             elif element is not None:
                 child = element
             if key in seen:
-                out.append(f'duplicate field "{where}"')
+                out.append(f'duplicate field "{f"{path}.{key}" if path else key}"')
             seen.add(key)
-            _walk_pairs(schema, item, child, where, out)
+            if isinstance(item, list):
+                _walk_pairs(schema, item, child, f"{path}.{key}" if path else key, out)
     elif isinstance(value, list) and shape is not None and shape.get("type") == "array":
+        items = shape["items"]
         for i, item in enumerate(value):
-            _walk_pairs(schema, item, shape["items"], f"{path}[{i}]", out)
+            if isinstance(item, list):
+                _walk_pairs(schema, item, items, f"{path}[{i}]", out)
 
 
 def duplicates_in(pairs: Any, path: str = "") -> list[str]:

@@ -1,4 +1,5 @@
-"""The HTTP(S) front door: the emulator served by `trio_ccm.http.serve_asgi`.
+"""The HTTP(S) front door: the emulator served by `serve_http1` (plain HTTP/1.1), or over TLS
+by `trio_ccm.http.serve_asgi` (hypercorn, with HTTP/2 by ALPN).
 
 `serve_apiserver` binds loopback (TLS optional, with a CA minted in memory), reports a
 `Listening` (URL, CA, kubeconfig writer) through `task_status`, and serves until cancelled.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -20,7 +22,7 @@ import trio
 import yaml
 
 from trio_ccm.http import serve_asgi
-from trio_ccm.testing._http import AsgiApp
+from trio_ccm.testing._http import AsgiApp, serve_http1
 from trio_ccm.testing.apiserver.server import ApiServer
 
 _KEEP_ALIVE_S = 75
@@ -92,10 +94,17 @@ async def serve_apiserver(
     and open connections break) and serves again on the same port once it is over.
     """
     context, ca_pem = _tls(host) if tls else (None, None)
-    app = AsgiApp(server.handle)
-    serve = partial(
-        serve_asgi, app, host=host, ssl_context=context, keep_alive_timeout_s=_KEEP_ALIVE_S
-    )
+    serve: Callable[..., Awaitable[NoReturn]]
+    if context is None:
+        serve = partial(serve_http1, server.handle, host=host, keep_alive_timeout_s=_KEEP_ALIVE_S)
+    else:
+        serve = partial(
+            serve_asgi,
+            AsgiApp(server.handle),
+            host=host,
+            ssl_context=context,
+            keep_alive_timeout_s=_KEEP_ALIVE_S,
+        )
     listening: Listening | None = None
     while True:
         async with trio.open_nursery() as nursery:

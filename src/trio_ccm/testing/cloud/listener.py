@@ -1,4 +1,4 @@
-"""The HTTP front door: the simulated cloud served by `trio_ccm.http.serve_asgi`.
+"""The HTTP front door: the simulated cloud served by `serve_http1` (plain HTTP/1.1).
 
 The cloud outlives the CCM processes that call it: run it with `serve_sim_cloud` in the
 test's (or the demo's) own process and point each replica's cloud config at its URL.
@@ -12,8 +12,7 @@ from typing import NoReturn
 
 import trio
 
-from trio_ccm.http import serve_asgi
-from trio_ccm.testing._http import AsgiApp
+from trio_ccm.testing._http import serve_http1
 from trio_ccm.testing.cloud.server import SimCloud
 
 _MAX_REQUEST_LINE = 1024 * 1024  # bulk lookups name every Node in the query string
@@ -40,14 +39,14 @@ async def serve_sim_cloud(
     async with trio.open_nursery() as nursery:
         bound_port: int = await nursery.start(
             partial(
-                serve_asgi,
-                AsgiApp(cloud.handle),
+                serve_http1,
+                cloud.handle,
                 host=host,
                 port=port,
                 keep_alive_timeout_s=_KEEP_ALIVE_S,
-                max_request_line=_MAX_REQUEST_LINE,
+                max_request_bytes=_MAX_REQUEST_LINE,
             )
         )
         shown = f"[{host}]" if ":" in host else host
         task_status.started(Listening(f"http://{shown}:{bound_port}", host, bound_port))
-    raise AssertionError("serve_asgi returned without being cancelled")
+    raise AssertionError("serve_http1 returned without being cancelled")

@@ -117,6 +117,12 @@ class SimCloud:
         self._id_rng = random.Random(f"{seed}/ids")  # noqa: S311 - names, not secrets
         self._used_ids: set[str] = set()
         self._instances: dict[str, Instance] = {}
+        # Indexes over `_instances`, so that launching one of 100,000 instances stays cheap:
+        # the id of the instance not terminated that holds each name, the ids of terminated
+        # instances still listed, and how many instances hold each internal IP.
+        self._names: dict[str, str] = {}
+        self._terminated: set[str] = set()
+        self._internal_in_use: Counter[str] = Counter()
         self._next_internal = _FIRST_INTERNAL_OFFSET
         self._load_balancers: dict[str, LoadBalancer] = {}
         self._routes: dict[tuple[str, str], CloudRoute] = {}
@@ -171,6 +177,8 @@ class SimCloud:
             visible_at=now + self.faults.consistency_delay_s,
         )
         self._instances[instance.id] = instance
+        self._names[name] = instance.id
+        self._internal_in_use.update(internal)
         return instance
 
     def instance(self, instance_id: str) -> Instance:
@@ -202,6 +210,9 @@ class SimCloud:
         now = _trio_now()
         updated = replace(instance, state="terminated", terminated_at=now)
         self._instances[instance_id] = updated
+        self._terminated.add(instance_id)
+        if self._names.get(instance.name) == instance_id:
+            del self._names[instance.name]
         self._purge(now)
         return updated
 
@@ -224,6 +235,8 @@ class SimCloud:
             else self._addresses(external, f"{instance_id}: external IP"),
         )
         self._instances[instance_id] = updated
+        self._internal_in_use.subtract(instance.internal_ips)
+        self._internal_in_use.update(updated.internal_ips)
         return updated
 
     def _set_state(self, instance_id: str, state: str) -> Instance:
@@ -242,11 +255,10 @@ class SimCloud:
                 return candidate
 
     def _allocate_internal_ip(self) -> str:
-        used = {ip for instance in self._instances.values() for ip in instance.internal_ips}
         while True:
             address = str(INTERNAL_NETWORK[self._next_internal])
             self._next_internal += 1
-            if address not in used:
+            if self._internal_in_use[address] <= 0:
                 return address
 
     @staticmethod
@@ -264,21 +276,20 @@ class SimCloud:
         return tuple(checked)
 
     def _by_name(self, name: str) -> Instance | None:
-        for instance in self._instances.values():
-            if instance.name == name and instance.state != "terminated":
-                return instance
-        return None
+        found = self._names.get(name)
+        return None if found is None else self._instances[found]
 
     def _purge(self, now: float) -> None:
         """Forget terminated instances whose retention is over."""
         gone = [
-            instance.id
-            for instance in self._instances.values()
-            if instance.terminated_at is not None
-            and now >= instance.terminated_at + self.terminated_retention_s
+            instance_id
+            for instance_id in self._terminated
+            if now
+            >= (self._instances[instance_id].terminated_at or 0.0) + self.terminated_retention_s
         ]
         for instance_id in gone:
-            del self._instances[instance_id]
+            self._terminated.discard(instance_id)
+            self._internal_in_use.subtract(self._instances.pop(instance_id).internal_ips)
 
     def _visible(self, now: float) -> list[Instance]:
         self._purge(now)

@@ -1,0 +1,552 @@
+"""Scale: the CCM as its own process, exactly as deployed, against a large simulated cluster.
+
+    python bench/scale.py [--nodes N ...] [--quick] [--plot FILE]
+
+For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
+
+1. **The cluster.** `trio-ccm testbed` runs in its own process: the emulator and the
+   simulated cloud on loopback, with N running instances whose kubelets register their Nodes
+   already initialised, as in a running cluster (`--initialised`: provider ID, topology
+   labels, IPs, no taint), post their status every `--heartbeat` (5 min, the kubelet's
+   `--node-status-report-frequency`; `--no-node-leases`: the kubelets' Lease writes do not
+   reach a CCM). The load-balancer pool is `--lb-network 10.128.0.0/9`. The bench then
+   creates 5,000 Services over HTTP, 250 of them `type: LoadBalancer` (the issue's mix).
+2. **The CCM**, `trio-ccm` with the deployment's flags (deploy/deployment.yaml:
+   `--cloud-provider=sim --leader-elect=true --configure-cloud-routes=false`, TLS on the
+   secure port), out of cluster (`--kubeconfig`), `--kube-api-qps=200 --kube-api-burst=400`
+   (the join's bound below), `--cloud-batch-size=1000` (as bench/aws.py: an address sync
+   asks about 1,000 Nodes per call; the default, 200, makes it N/200 calls) and
+   `--node-status-update-frequency` shortened to the steady window (60 s) so that the window
+   holds exactly one address-sync period. Measured:
+   - `ready_s`: from spawning the process until `/readyz` answers 200 (caches synced, Lease
+     held, controllers running);
+   - `peak_rss_mb`: the process's peak RSS (VmHWM) when the run ends;
+   - `settle_s`: start-up's work done: the first address sync, and the 250 load balancers
+     ensured (`PutLoadBalancer` each, as the Go CCM also ensures every load balancer when it
+     starts; the same calls whether they existed or not), until no load-balancer call for 5 s;
+   - then, over a steady window of
+     one sync period, with kubelet heartbeats arriving: `steady_cpu_pct` (user + system CPU
+     of the CCM process / wall time, 100 = one core), `settled_rss_mb` (VmRSS at the end) and
+     `cloud_calls_per_period` (every call in the simulated cloud's log in the window);
+   - `join_1000_s`: 1,000 instances are added through the simulated cloud's admin API; their
+     kubelets register new (tainted) Nodes; the time from the first instance until no Node
+     lacks the instance-type label and all N + 1,000 are there. Bound by the kube client:
+     2 writes per Node at 200/s with a burst of 400, (2,000 - 400)/200 = 8 s
+     (`join_qps_bound_s`);
+   - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends` once the
+     load-balancer calls have been quiet for 5 s after every joined Node was initialised;
+     every load balancer is then checked to hold the N + 1,000 Nodes (three of them above
+     20,000 Nodes, as each answer lists every Node). Bound by the cloud budget for load
+     balancers (default 5 calls/s, burst 10): (250 - 10)/5 = 48 s per pass.
+3. Growth: `bytes_per_node` and `cpu_pct_per_1000_nodes` between the smallest and the largest
+   N, and against the Go CCM's algorithm at the same N: one `InstanceMetadata` per Node per
+   sync period (`go_calls_per_period` = N), one per joining Node (`go_join_calls`), and one
+   `UpdateLoadBalancer` per load balancer, one at a time (`--concurrent-service-syncs=1`), per
+   node-set pass.
+
+The CCM's memory can be broken down with `TRIO_CCM_TRACEMALLOC=DIR` (docs/benchmarks.md): the
+bench passes it through with `--tracemalloc DIR`.
+
+Prints a table, then one JSON object as the last line: the figures of the largest N and,
+under `runs`, every N's. Benchmarks print numbers; they never assert on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import trio
+
+from _common import cpu_seconds, machine_line, print_figures, rss_bytes
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+TRIO_CCM: Final = str(Path(sys.executable).with_name("trio-ccm"))
+LB_NETWORK: Final = "10.128.0.0/9"
+HEARTBEAT: Final = "300s"
+QPS: Final = (200, 400)
+BATCH: Final = 1000  # --cloud-batch-size: an address sync asks 1,000 Nodes per call
+DEFAULT_NODES: Final = (1000, 5000, 20_000, 100_000)
+LB_RATE: Final = (5.0, 10)  # the cloud budget's default for load balancers (cloud/budget.py)
+JOIN_WRITES_PER_NODE: Final = 2
+TAINTLESS_LABEL: Final = "node.kubernetes.io/instance-type"
+GOALS: Final = {  # issue 18, at 100,000 Nodes (and at 5,000 for RSS and CPU)
+    "rss_mb_100k": 300,
+    "ready_s": 60,
+    "cloud_calls_per_period": 100,
+    "cpu_pct_100k": 10,
+    "rss_mb_5k": 120,
+    "cpu_pct_5k": 5,
+}
+
+
+@dataclass
+class Sizes:
+    nodes: int
+    services: int
+    lb_services: int
+    join: int
+    window_s: float
+    settle_quiet_s: float
+
+
+@dataclass
+class Run:
+    """The figures of one N."""
+
+    nodes: int
+    services: int
+    lb_services: int
+    testbed_start_s: float = 0.0
+    ready_s: float = 0.0
+    startup_cloud_calls: dict[str, int] = field(default_factory=dict)
+    settle_s: float = 0.0
+    lbs_with_ingress: int = 0
+    peak_rss_mb: float = 0.0
+    settled_rss_mb: float = 0.0
+    steady_cpu_pct: float = 0.0
+    window_s: float = 0.0
+    cloud_calls_per_period: int = 0
+    period_calls: dict[str, int] = field(default_factory=dict)
+    join: int = 0
+    join_1000_s: float = 0.0
+    join_qps_bound_s: float = 0.0
+    join_cloud_calls: int = 0
+    nodeset_push_s: float = 0.0
+    nodeset_backend_calls: int = 0
+    nodeset_lb_budget_bound_s: float = 0.0
+    nodeset_checked: dict[int, int] = field(default_factory=dict)  # Nodes held -> LBs
+    testbed_rss_mb: float = 0.0
+    go_calls_per_period: int = 0
+    go_join_calls: int = 0
+    go_nodeset_calls: int = 0
+
+
+# -- processes --------------------------------------------------------------------------------
+@contextlib.contextmanager
+def process(args: list[str], log: Path, *, env: dict[str, str] | None = None) -> Iterator[Any]:
+    """A child process, stopped with SIGINT (then SIGKILL after 30 s) when the block ends."""
+    with log.open("w") as err:
+        child = subprocess.Popen(  # noqa: S603 - our own trio-ccm, by its path
+            args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=env
+        )
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+                try:
+                    child.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+
+
+def testbed_urls(child: Any, timeout_s: float) -> tuple[str, str]:
+    """Read the testbed's stdout until its Nodes are registered; its two URLs."""
+    urls: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the testbed exited ({child.poll()}) before it was up")
+        if match := re.match(r"(apiserver|sim cloud) listening on (\S+)", line):
+            urls[match.group(1)] = match.group(2)
+        if "nodes registered" in line:
+            return urls["apiserver"], urls["sim cloud"]
+    raise RuntimeError(f"the testbed was not up within {timeout_s:.0f} s")
+
+
+def ccm_args(tmp: Path, port: int, period_s: float) -> list[str]:
+    return [
+        TRIO_CCM,
+        "--cloud-provider=sim",
+        f"--cloud-config={tmp / 'cloud.yaml'}",
+        f"--kubeconfig={tmp / 'kubeconfig'}",
+        "--leader-elect=true",
+        "--configure-cloud-routes=false",
+        f"--secure-port={port}",
+        "--bind-address=127.0.0.1",
+        f"--kube-api-qps={QPS[0]}",
+        f"--kube-api-burst={QPS[1]}",
+        f"--node-status-update-frequency={period_s:g}s",
+        f"--cloud-batch-size={BATCH}",
+    ]
+
+
+def vm_kb(pid: int, field_name: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# -- the world over HTTP --------------------------------------------------------------------
+def service(i: int, lb: bool) -> dict[str, Any]:
+    name = f"{'lb' if lb else 'svc'}-{i:05d}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "LoadBalancer" if lb else "ClusterIP",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+        },
+    }
+
+
+async def create_services(api: httpx.AsyncClient, total: int, lbs: int) -> None:
+    todo = iter(range(total))
+
+    async def worker() -> None:
+        for i in todo:
+            body = service(i, lb=i < lbs)
+            response = await api.post("/api/v1/namespaces/default/services", json=body)
+            response.raise_for_status()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(worker)
+
+
+async def lb_ingress_count(api: httpx.AsyncClient) -> int:
+    response = await api.get("/api/v1/namespaces/default/services")
+    response.raise_for_status()
+    return sum(
+        1
+        for item in response.json()["items"]
+        if item["spec"].get("type") == "LoadBalancer"
+        and (item.get("status", {}).get("loadBalancer", {}).get("ingress"))
+    )
+
+
+async def cloud_calls(cloud: httpx.AsyncClient) -> list[dict[str, Any]]:
+    response = await cloud.get("/_sim/calls")
+    response.raise_for_status()
+    calls: list[dict[str, Any]] = response.json()["calls"]
+    return calls
+
+
+async def wait_ready(port: int, child: Any, limit_s: float) -> None:
+    async with httpx.AsyncClient(verify=False) as client:  # noqa: S501 - the CCM's own cert
+        with trio.fail_after(limit_s):
+            while True:
+                if child.poll() is not None:
+                    raise RuntimeError(f"the CCM exited ({child.returncode}) before it was ready")
+                with contextlib.suppress(httpx.HTTPError):
+                    response = await client.get(f"https://127.0.0.1:{port}/readyz")
+                    if response.status_code == 200:
+                        return
+                await trio.sleep(0.05)
+
+
+async def wait_lb_quiet(cloud: httpx.AsyncClient, quiet_s: float, limit_s: float) -> None:
+    """Until the cloud has seen no load-balancer call for `quiet_s`."""
+    with trio.move_on_after(limit_s):
+        while True:
+            calls = await cloud_calls(cloud)
+            last = max((c["wall"] for c in calls if "LoadBalancer" in c["method"]), default=0.0)
+            if time.time() - last >= quiet_s:
+                return
+            await trio.sleep(1.0)
+
+
+async def count_nodes(api: httpx.AsyncClient, selector: str = "") -> int:
+    params = {"limit": "1", **({"labelSelector": selector} if selector else {})}
+    response = await api.get("/api/v1/nodes", params=params)
+    response.raise_for_status()
+    body = response.json()
+    return len(body["items"]) + int(body["metadata"].get("remainingItemCount") or 0)
+
+
+# -- one N -------------------------------------------------------------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
+    n = sizes.nodes
+    run = Run(n, sizes.services, sizes.lb_services, join=sizes.join, window_s=sizes.window_s)
+    started = time.monotonic()
+    testbed_args = [
+        TRIO_CCM,
+        "testbed",
+        f"--nodes={n}",
+        "--initialised",
+        f"--lb-network={LB_NETWORK}",
+        "--no-node-leases",
+        f"--heartbeat={HEARTBEAT}",
+        "--seed=1",
+        f"--kubeconfig-out={tmp / 'kubeconfig'}",
+        f"--cloud-config-out={tmp / 'cloud.yaml'}",
+    ]
+    with process(testbed_args, tmp / "testbed.log") as testbed:
+        api_url, cloud_url = await trio.to_thread.run_sync(testbed_urls, testbed, 3600.0)
+        run.testbed_start_s = time.monotonic() - started
+        limits = httpx.Limits(max_connections=8)
+        async with (
+            httpx.AsyncClient(base_url=api_url, limits=limits, timeout=120) as api,
+            httpx.AsyncClient(base_url=cloud_url, timeout=120) as cloud,
+        ):
+            await create_services(api, sizes.services, sizes.lb_services)
+            await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
+        run.testbed_rss_mb = rss_bytes(testbed.pid) / 2**20
+    return run
+
+
+async def measured_ccm(
+    run: Run,
+    sizes: Sizes,
+    tmp: Path,
+    api: httpx.AsyncClient,
+    cloud: httpx.AsyncClient,
+    tracemalloc_dir: str | None,
+) -> None:
+    n = run.nodes
+    before = len(await cloud_calls(cloud))
+    port = free_port()
+    env = {**os.environ}
+    if tracemalloc_dir:
+        env["TRIO_CCM_TRACEMALLOC"] = str(Path(tracemalloc_dir) / f"n{n}")
+    t0 = time.monotonic()
+    with process(ccm_args(tmp, port, sizes.window_s), tmp / "ccm.log", env=env) as ccm:
+        await wait_ready(port, ccm, 1800)
+        run.ready_s = time.monotonic() - t0
+        # Settled: start-up's work done (the first address sync, every load balancer
+        # ensured), then no load-balancer call for a while.
+        with trio.move_on_after(1800):
+            while True:  # polled: the state is in another process
+                run.lbs_with_ingress = await lb_ingress_count(api)
+                if run.lbs_with_ingress >= sizes.lb_services:
+                    break
+                await trio.sleep(1.0)
+        await wait_lb_quiet(cloud, sizes.settle_quiet_s, 600)
+        run.settle_s = time.monotonic() - t0
+        calls = await cloud_calls(cloud)
+        run.startup_cloud_calls = dict(Counter(c["method"] for c in calls[before:]))
+        # The steady window: one sync period, heartbeats arriving.
+        mark, cpu0, w0 = len(calls), cpu_seconds(ccm.pid), time.monotonic()
+        await trio.sleep(sizes.window_s)
+        cpu1, w1 = cpu_seconds(ccm.pid), time.monotonic()
+        run.steady_cpu_pct = 100 * (cpu1 - cpu0) / (w1 - w0)
+        run.settled_rss_mb = vm_kb(ccm.pid, "VmRSS") / 1024
+        calls = await cloud_calls(cloud)
+        window = calls[mark:]
+        run.cloud_calls_per_period = len(window)
+        run.period_calls = dict(Counter(c["method"] for c in window))
+        await join_and_push(run, sizes, api, cloud, len(calls))
+        if tracemalloc_dir:
+            ccm.send_signal(signal.SIGUSR1)  # a last snapshot, at the largest the cache gets
+            await trio.sleep(5 + n / 10_000)
+        run.peak_rss_mb = vm_kb(ccm.pid, "VmHWM") / 1024
+    run.go_calls_per_period = n
+    run.go_join_calls = sizes.join
+    run.go_nodeset_calls = sizes.lb_services
+
+
+async def join_and_push(
+    run: Run, sizes: Sizes, api: httpx.AsyncClient, cloud: httpx.AsyncClient, mark: int
+) -> None:
+    """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass."""
+    n, join = run.nodes, sizes.join
+    t0_wall = time.time()
+    t0 = time.monotonic()
+    for i in range(join):
+        response = await cloud.post(
+            "/_sim/instances",
+            json={"name": f"join-{i:05d}", "instanceType": "sim.large"},
+        )
+        response.raise_for_status()
+    with trio.fail_after(1800):
+        while True:
+            await trio.sleep(0.5)
+            if await count_nodes(api) >= n + join and not await count_nodes(
+                api, f"!{TAINTLESS_LABEL}"
+            ):
+                break
+    run.join_1000_s = time.monotonic() - t0
+    run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
+    # The node-set pass starts once the set has been quiet for a second: give it that,
+    # then wait until the load-balancer calls are quiet (at 5/s they come every 0.2 s).
+    await trio.sleep(2.0)
+    await wait_lb_quiet(cloud, sizes.settle_quiet_s, 1800)
+    calls = (await cloud_calls(cloud))[mark:]
+    backends = [c for c in calls if c["method"] == "SetLoadBalancerBackends" and c["status"] < 300]
+    run.nodeset_push_s = max(c["wall"] for c in backends) - t0_wall
+    run.nodeset_backend_calls = len(backends)
+    run.join_cloud_calls = sum(1 for c in calls if "LoadBalancer" not in c["method"])
+    run.nodeset_lb_budget_bound_s = max(0.0, (sizes.lb_services - LB_RATE[1]) / LB_RATE[0])
+    targets = sorted({c["target"] for c in backends})
+    for target in targets[:3] if n > 20_000 else targets:
+        cluster, _, name = target.partition("/")
+        response = await cloud.get(f"/v1/clusters/{cluster}/loadbalancers/{name}")
+        response.raise_for_status()
+        held = len(response.json()["nodes"])
+        run.nodeset_checked[held] = run.nodeset_checked.get(held, 0) + 1
+
+
+# -- growth, plot, table ----------------------------------------------------------------------
+def growth(runs: list[Run]) -> dict[str, float | None]:
+    if len(runs) < 2:
+        return {"bytes_per_node": None, "cpu_pct_per_1000_nodes": None}
+    small, large = runs[0], runs[-1]
+    span = large.nodes - small.nodes
+    return {
+        "bytes_per_node": round((large.settled_rss_mb - small.settled_rss_mb) * 2**20 / span),
+        "cpu_pct_per_1000_nodes": round(
+            1000 * (large.steady_cpu_pct - small.steady_cpu_pct) / span, 3
+        ),
+    }
+
+
+def plot(runs: list[Run], path: str) -> bool:
+    """RSS and CPU against N (matplotlib, the `bench` extra); False when it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed (pip install -e '.[bench]'): no plot at {path}")
+        return False
+    xs = [r.nodes for r in runs]
+    fig, (rss, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    rss.plot(xs, [r.settled_rss_mb for r in runs], "o-", label="settled")
+    rss.plot(xs, [r.peak_rss_mb for r in runs], "s--", label="peak")
+    rss.axhline(GOALS["rss_mb_100k"], color="grey", linestyle=":", label="goal at 100k")
+    rss.set(xscale="log", xlabel="Nodes", ylabel="RSS of the CCM (MB)", title="Memory")
+    rss.legend()
+    cpu.plot(xs, [r.steady_cpu_pct for r in runs], "o-", label="steady, heartbeats every 5 min")
+    cpu.axhline(GOALS["cpu_pct_100k"], color="grey", linestyle=":", label="goal at 100k")
+    cpu.set(xscale="log", xlabel="Nodes", ylabel="CPU (% of one core)", title="CPU")
+    cpu.legend()
+    fig.suptitle("trio-ccm against a simulated cluster (5,000 Services, 250 LoadBalancer)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def print_table(runs: list[Run]) -> None:
+    rows = [
+        ("testbed up (s)", "testbed_start_s", "{:.0f}"),
+        ("ready after start (s)", "ready_s", "{:.1f}"),
+        ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
+        ("settled RSS (MB)", "settled_rss_mb", "{:.0f}"),
+        ("steady CPU (% of a core)", "steady_cpu_pct", "{:.1f}"),
+        ("cloud calls per sync period", "cloud_calls_per_period", "{:,}"),
+        ("  Go: calls per period", "go_calls_per_period", "{:,}"),
+        ("1,000-Node join (s)", "join_1000_s", "{:.1f}"),
+        ("  bound by 200/400 (s)", "join_qps_bound_s", "{:.1f}"),
+        ("  cloud calls", "join_cloud_calls", "{:,}"),
+        ("node-set push to every LB (s)", "nodeset_push_s", "{:.1f}"),
+        ("  bound by the LB budget (s)", "nodeset_lb_budget_bound_s", "{:.1f}"),
+        ("  SetLoadBalancerBackends", "nodeset_backend_calls", "{:,}"),
+        ("testbed RSS (MB)", "testbed_rss_mb", "{:.0f}"),
+    ]
+    print(f"{'':32}" + "".join(f"{r.nodes:>12,}" for r in runs))
+    for label, key, fmt in rows:
+        print(f"{label:32}" + "".join(f"{fmt.format(getattr(r, key)):>12}" for r in runs))
+    for r in runs:
+        print(
+            f"\n{r.nodes:,} Nodes: start-up cloud calls {r.startup_cloud_calls}; period calls "
+            f"{r.period_calls}; LBs checked (Nodes held: LBs) {r.nodeset_checked} "
+            f"(expected {r.nodes + r.join:,}); start-up settled after {r.settle_s:.0f} s with "
+            f"{r.lbs_with_ingress} of {r.lb_services} load balancers ready"
+        )
+
+
+# -- main ---------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, action="append", help="cluster sizes (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="200 Nodes, 100 Services, 20 joins")
+    parser.add_argument("--services", type=int, help="Services (default 5000; quick 100)")
+    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 10)")
+    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 20)")
+    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 5)")
+    parser.add_argument("--plot", metavar="PNG", help="plot RSS and CPU against N to PNG")
+    parser.add_argument("--tracemalloc", metavar="DIR", help="TRIO_CCM_TRACEMALLOC for the CCM")
+    parser.add_argument(
+        "--merge",  # with no --nodes, only merges (and plots)
+        metavar="FILE",
+        action="append",
+        help="add the runs in an earlier run's output (its JSON line) to the table and plot",
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    sizes = [
+        Sizes(
+            nodes=n,
+            services=args.services or (100 if quick else 5000),
+            lb_services=args.lb_services or (10 if quick else 250),
+            join=args.join or (20 if quick else 1000),
+            window_s=args.window or (5.0 if quick else 60.0),
+            settle_quiet_s=1.0 if quick else 5.0,
+        )
+        for n in (args.nodes or ([] if args.merge else [200] if quick else DEFAULT_NODES))
+    ]
+    print(
+        "scale: trio-ccm in its own process, as deployed, against `trio-ccm testbed` in another;"
+        f" {args.services or 5000:,} Services ({args.lb_services or 250} LoadBalancer)"
+    )
+    print(machine_line() + "\n")
+    runs: list[Run] = []
+    started = time.monotonic()
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+            run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
+        runs.append(run)
+        print(f"{size.nodes:,} Nodes done after {time.monotonic() - started:.0f} s", flush=True)
+    for earlier in args.merge or ():
+        lines = Path(earlier).read_text().strip().splitlines()
+        runs += [Run(**r) for r in json.loads(lines[-1])["runs"]]
+    runs.sort(key=lambda r: r.nodes)
+    print_table(runs)
+    largest = runs[-1]
+    plotted = bool(args.plot) and plot(runs, args.plot)
+    figures: dict[str, Any] = {
+        "nodes": largest.nodes,
+        "ready_s": round(largest.ready_s, 2),
+        "peak_rss_mb": round(largest.peak_rss_mb, 1),
+        "settled_rss_mb": round(largest.settled_rss_mb, 1),
+        "steady_cpu_pct": round(largest.steady_cpu_pct, 2),
+        "cloud_calls_per_period": largest.cloud_calls_per_period,
+        "join_1000_s": round(largest.join_1000_s, 2),
+        "join_qps_bound_s": largest.join_qps_bound_s,
+        "nodeset_push_s": round(largest.nodeset_push_s, 2),
+        "nodeset_backend_calls": largest.nodeset_backend_calls,
+        "go_calls_per_period": largest.go_calls_per_period,
+        "go_join_calls": largest.go_join_calls,
+        "go_nodeset_calls": largest.go_nodeset_calls,
+        **growth(runs),
+        "goals": GOALS,
+        "plot": args.plot if plotted else None,
+        "wall_s": round(time.monotonic() - started, 1),
+        "runs": [asdict(r) for r in runs],
+    }
+    print_figures(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Every benchmark in bench/ runs in its `--quick` form and prints, as its last line, a JSON
+object holding every figure that docs/benchmarks.md documents for it, so that neither a
+benchmark nor its documentation can rot unseen. Nothing here looks at the figures' values:
+benchmarks never assert on time.
+
+The documented keys are read from the doc: in the section of `bench/NAME.py` (its heading
+names the script), every name in backticks in the first column of a table whose first header
+cell is "Figure". The scripts are found in bench/ (every `*.py` not starting with `_`), so a
+new benchmark is run here as soon as it exists, and fails here until it is documented.
+
+All the quick runs start at once, in parallel (several of them mostly wait: real-time lease
+and quiet periods), from one module-scoped fixture; each benchmark then has its own test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+DOC = ROOT / "docs" / "benchmarks.md"
+LIMIT_S = 600.0  # one quick run that takes longer than this has hung
+_HEADING = re.compile(r"^## .*\(`bench/(\w+)\.py`\)", re.M)
+_KEY = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+OWN_TESTS = {"chaos": "tests/e2e/test_chaos.py"}
+"""Benchmarks whose quick runs have a test of their own that checks more (chaos: both modes,
+no violation, the documented keys); running them here too would only cost time."""
+
+
+def scripts() -> list[str]:
+    return sorted(
+        p.stem for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.stem not in OWN_TESTS
+    )
+
+
+def documented_keys(doc: str) -> dict[str, set[str]]:
+    """Script name -> the JSON keys its section's figure tables name in their first column."""
+    keys: dict[str, set[str]] = {}
+    headings = list(_HEADING.finditer(doc))
+    for heading, after in zip(headings, [*headings[1:], None], strict=True):
+        section = doc[heading.end() : after.start() if after else len(doc)]
+        found = keys.setdefault(heading.group(1), set())
+        in_figures = False
+        for line in section.splitlines():
+            if not line.startswith("|"):
+                in_figures = False
+                continue
+            first = line.split("|")[1].strip()
+            if first == "Figure":
+                in_figures = True
+            elif in_figures and not set(first) <= set("-: "):
+                found.update(_KEY.findall(first))
+    return keys
+
+
+@dataclass
+class QuickRun:
+    script: str
+    returncode: int
+    wall_s: float
+    stdout: str
+    stderr: str
+
+    def figures(self) -> dict[str, object]:
+        lines = self.stdout.strip().splitlines()
+        assert lines, f"bench/{self.script}.py --quick printed nothing; stderr:\n{self.stderr}"
+        figures = json.loads(lines[-1])
+        assert isinstance(figures, dict)
+        return figures
+
+
+@pytest.fixture(scope="module")
+def quick_runs() -> Iterator[dict[str, QuickRun]]:
+    """Start every benchmark's quick run at once and wait for all of them."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as files:
+        running = {}
+        for script in scripts():
+            out = files.enter_context(Path(tmp, f"{script}.out").open("w+"))
+            err = files.enter_context(Path(tmp, f"{script}.err").open("w+"))
+            process = subprocess.Popen(
+                [sys.executable, str(BENCH / f"{script}.py"), "--quick"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+            running[script] = (process, out, err, time.monotonic())
+        runs = {}
+        try:
+            for script, (process, out, err, started) in running.items():
+                left_s = max(1.0, LIMIT_S - (time.monotonic() - started))
+                try:
+                    returncode = process.wait(timeout=left_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    returncode = process.wait()
+                wall_s = time.monotonic() - started
+                out.seek(0)
+                err.seek(0)
+                runs[script] = QuickRun(script, returncode, wall_s, out.read(), err.read())
+        finally:
+            for process, *_ in running.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        yield runs
+
+
+def test_every_benchmark_has_a_documented_section() -> None:
+    """Every script in bench/ has a section in docs/benchmarks.md naming at least one figure."""
+    keys = documented_keys(DOC.read_text())
+    assert {s: sorted(keys.get(s, ())) for s in scripts() if not keys.get(s)} == {}
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, id=s) for s in scripts()])
+def test_quick_run_prints_every_documented_figure(
+    script: str, quick_runs: dict[str, QuickRun]
+) -> None:
+    """`bench/SCRIPT.py --quick` exits 0 and its last line is JSON holding every key the doc
+    documents for it."""
+    run = quick_runs[script]
+    assert run.returncode == 0, f"bench/{script}.py --quick failed:\n{run.stderr[-4000:]}"
+    documented = documented_keys(DOC.read_text()).get(script, set())
+    assert sorted(documented - set(run.figures())) == []
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            "## A (`bench/a.py`)\n\n| Figure | Value |\n|---|---|\n| `x_s` (quick) | 1 |\n"
+            "| `y` / `z` | 2 |\n\n| other | `not_me` |\n|---|---|\n| `nor_me` | 3 |\n",
+            {"a": {"x_s", "y", "z"}},
+            id="figure-tables-only",
+        ),
+        pytest.param(
+            "## A (`bench/a.py`)\n| Figure |\n|---|\n| `k` |\n## B (`bench/b.py`)\nprose `p`\n",
+            {"a": {"k"}, "b": set()},
+            id="sections-split-at-headings",
+        ),
+    ],
+)
+def test_documented_keys_reads_the_first_column_of_figure_tables(
+    doc: str, expected: dict[str, set[str]]
+) -> None:
+    """The doc parser takes backticked names from the first column of "Figure" tables only,
+    per script section."""
+    assert documented_keys(doc) == expected
