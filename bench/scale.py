@@ -33,8 +33,8 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
      lacks the instance-type label and all N + 1,000 are there. Bound by the kube client:
      2 writes per Node at 200/s with a burst of 400, (2,000 - 400)/200 = 8 s
      (`join_qps_bound_s`);
-   - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends` once the
-     load-balancer calls have been quiet for 5 s after every joined Node was initialised;
+   - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends`, once
+     every load balancer has had one and the load-balancer calls have been quiet for 5 s;
      every load balancer is then checked to hold the N + 1,000 Nodes (three of them above
      20,000 Nodes, as each answer lists every Node). Bound by the cloud budget for load
      balancers (default 5 calls/s, burst 10): (250 - 10)/5 = 48 s per pass.
@@ -390,6 +390,16 @@ async def join_and_push(
     # The node-set pass starts once the set has been quiet for a second: give it that,
     # then wait until the load-balancer calls are quiet (at 5/s they come every 0.2 s).
     await trio.sleep(2.0)
+    with trio.fail_after(1800):
+        while True:  # every load balancer told (a call may take seconds at 100,000 Nodes)
+            told = {
+                c["target"]
+                for c in (await cloud_calls(cloud))[mark:]
+                if c["method"] == "SetLoadBalancerBackends" and c["status"] < 300
+            }
+            if len(told) >= sizes.lb_services:
+                break
+            await trio.sleep(1.0)
     await wait_lb_quiet(cloud, sizes.settle_quiet_s, 1800)
     calls = (await cloud_calls(cloud))[mark:]
     backends = [c for c in calls if c["method"] == "SetLoadBalancerBackends" and c["status"] < 300]
