@@ -20,7 +20,7 @@ that are not EC2 instance IDs at all are never sent (AWS would fail the call wit
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -71,6 +71,27 @@ def is_instance_id(value: str) -> bool:
 def chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+async def apply_difference(
+    client: AwsClient,
+    service: str,
+    *,
+    remove: str,
+    add: str,
+    registered: Iterable[str],
+    wanted: Iterable[str],
+    per_call: int,
+    params: Callable[[Sequence[str]], Mapping[str, object]],
+    where: str,
+) -> None:
+    """Make a member list (a load balancer's instances, a target group's targets) `wanted`,
+    knowing it holds `registered`: action `remove` for the removed, then `add` for the added,
+    `per_call` members per call (`params(chunk)` is the call's parameters)."""
+    have, want = set(registered), set(wanted)
+    for action, members in ((remove, have - want), (add, want - have)):
+        for chunk in chunks(sorted(members), per_call):
+            await client.call(service, action, params(chunk), target=where)
 
 
 def filters(spec: Mapping[str, Sequence[str]]) -> list[dict[str, object]]:

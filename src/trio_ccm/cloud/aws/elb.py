@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan
 from trio_ccm.cloud.aws.codec import Parsed
-from trio_ccm.cloud.aws.ec2 import chunks
+from trio_ccm.cloud.aws.ec2 import apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import (
     Rule,
@@ -286,22 +286,20 @@ class Clbs:
         self, name: str, wanted: Sequence[str], registered: Sequence[str], *, where: str
     ) -> None:
         """Deregister the removed, then register the added, `INSTANCES_PER_CALL` per call."""
-        client = self._context.client
-        have, want = set(registered), set(wanted)
-        for chunk in chunks(sorted(have - want), INSTANCES_PER_CALL):
-            await client.call(
-                "elb",
-                "DeregisterInstancesFromLoadBalancer",
-                {"LoadBalancerName": name, "Instances": [{"InstanceId": i} for i in chunk]},
-                target=where,
-            )
-        for chunk in chunks(sorted(want - have), INSTANCES_PER_CALL):
-            await client.call(
-                "elb",
-                "RegisterInstancesWithLoadBalancer",
-                {"LoadBalancerName": name, "Instances": [{"InstanceId": i} for i in chunk]},
-                target=where,
-            )
+        await apply_difference(
+            self._context.client,
+            "elb",
+            remove="DeregisterInstancesFromLoadBalancer",
+            add="RegisterInstancesWithLoadBalancer",
+            registered=registered,
+            wanted=wanted,
+            per_call=INSTANCES_PER_CALL,
+            params=lambda chunk: {
+                "LoadBalancerName": name,
+                "Instances": [{"InstanceId": i} for i in chunk],
+            },
+            where=where,
+        )
 
     async def delete(self, name: str, *, where: str) -> bool:
         """Delete the load balancer (gone already: success); whether there was one."""

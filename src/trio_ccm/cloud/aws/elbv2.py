@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, NlbPort
 from trio_ccm.cloud.aws.codec import Parsed
-from trio_ccm.cloud.aws.ec2 import chunks
+from trio_ccm.cloud.aws.ec2 import apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import Subnet, choose_subnets
 from trio_ccm.cloud.aws.tags import service_tags
@@ -308,22 +308,20 @@ class Nlbs:
     ) -> None:
         """Make the group's targets `wanted`, knowing it holds `registered`: deregister the
         removed, then register the added, `TARGETS_PER_CALL` per call."""
-        client = self._context.client
-        have, want = set(registered), set(wanted)
-        for chunk in chunks(sorted(have - want), TARGETS_PER_CALL):
-            await client.call(
-                "elbv2",
-                "DeregisterTargets",
-                {"TargetGroupArn": group_arn, "Targets": [{"Id": i} for i in chunk]},
-                target=where,
-            )
-        for chunk in chunks(sorted(want - have), TARGETS_PER_CALL):
-            await client.call(
-                "elbv2",
-                "RegisterTargets",
-                {"TargetGroupArn": group_arn, "Targets": [{"Id": i} for i in chunk]},
-                target=where,
-            )
+        await apply_difference(
+            self._context.client,
+            "elbv2",
+            remove="DeregisterTargets",
+            add="RegisterTargets",
+            registered=registered,
+            wanted=wanted,
+            per_call=TARGETS_PER_CALL,
+            params=lambda chunk: {
+                "TargetGroupArn": group_arn,
+                "Targets": [{"Id": i} for i in chunk],
+            },
+            where=where,
+        )
 
     async def _sync_listener(
         self,
