@@ -352,29 +352,29 @@ def _permissions(rules: Iterable[Rule]) -> list[dict[str, object]]:
     return perms
 
 
+async def _ingress(client: AwsClient, action: str, group: str, rules: Sequence[Rule]) -> None:
+    """One `AuthorizeSecurityGroupIngress` or `RevokeSecurityGroupIngress` call for `rules`."""
+    await client.call(
+        "ec2",
+        action,
+        {"GroupId": group, "IpPermissions": _permissions(rules)},
+        target=f"security group {group}",
+    )
+
+
 async def authorize(client: AwsClient, group: str, rules: Iterable[Rule]) -> None:
     """Add `rules` to `group` (one call; rules it has already are success)."""
     wanted = list(rules)
     if not wanted:
         return
     try:
-        await client.call(
-            "ec2",
-            "AuthorizeSecurityGroupIngress",
-            {"GroupId": group, "IpPermissions": _permissions(wanted)},
-            target=f"security group {group}",
-        )
+        await _ingress(client, "AuthorizeSecurityGroupIngress", group, wanted)
     except AwsError as exc:
         if exc.code != "InvalidPermission.Duplicate":
             raise
         for rule in wanted:  # one at a time: the duplicate alone is skipped
             try:
-                await client.call(
-                    "ec2",
-                    "AuthorizeSecurityGroupIngress",
-                    {"GroupId": group, "IpPermissions": _permissions([rule])},
-                    target=f"security group {group}",
-                )
+                await _ingress(client, "AuthorizeSecurityGroupIngress", group, [rule])
             except AwsError as again:
                 if again.code != "InvalidPermission.Duplicate":
                     raise
@@ -386,12 +386,7 @@ async def revoke(client: AwsClient, group: str, rules: Iterable[Rule]) -> None:
     if not wanted:
         return
     try:
-        await client.call(
-            "ec2",
-            "RevokeSecurityGroupIngress",
-            {"GroupId": group, "IpPermissions": _permissions(wanted)},
-            target=f"security group {group}",
-        )
+        await _ingress(client, "RevokeSecurityGroupIngress", group, wanted)
     except AwsError as exc:
         if exc.code not in ("InvalidPermission.NotFound", "InvalidGroup.NotFound"):
             raise
