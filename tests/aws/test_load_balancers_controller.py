@@ -7,14 +7,13 @@ balancers are swept."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.aws import CLUSTER_ID, Cluster, metric, running
+from tests.helpers.aws import CLUSTER_ID, Cluster, metric, running, until
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
 from trio_ccm.cloud.aws.annotations import (
     HC_INTERVAL,
@@ -29,16 +28,6 @@ from trio_ccm.testing.aws import Balancing, Instance, balancing, certificate
 
 CONTROLLERS = "service-lb-controller"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
-POLL_S = 0.1
-
-
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Return once `check()` holds (moto and the emulator have no watch in common: look
-    again every POLL_S; the caller bounds the wait)."""
-    while True:
-        if await check():
-            return
-        await trio.sleep(POLL_S)
 
 
 def register(cluster: Cluster, instances: list[Instance], **labels: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -18,22 +18,12 @@ import pytest
 import trio
 import yaml
 
-from tests.helpers.aws import Cluster
+from tests.helpers.aws import Cluster, until
 from tests.helpers.processes import CLI, free_port
 from trio_ccm.cloud.aws.annotations import TYPE
 from trio_ccm.testing import make_service
 from trio_ccm.testing.apiserver import ApiError, Listening, serve_apiserver
 from trio_ccm.testing.aws import balancing
-
-POLL_S = 0.1
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
-    while True:
-        result = check()
-        if await result if not isinstance(result, bool) else result:
-            return
-        await trio.sleep(POLL_S)
 
 
 @asynccontextmanager

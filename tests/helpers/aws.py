@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import trio
 from prometheus_client import CollectorRegistry
 
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
@@ -179,3 +180,16 @@ def serve_wsgi(app: Callable[..., Any]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+POLL_S = 0.1
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
+    """Return once `check()` holds (moto and the emulator have no watch in common: look
+    again every POLL_S; the caller bounds the wait)."""
+    while True:
+        result = check()
+        if await result if not isinstance(result, bool) else result:
+            return
+        await trio.sleep(POLL_S)

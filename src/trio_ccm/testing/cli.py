@@ -402,10 +402,6 @@ class _World:
     environ: Mapping[str, str] = field(default_factory=dict)
     """What the CCM's environment needs besides (aws: moto's test keys, IMDS off)."""
 
-    @property
-    def provider_name(self) -> str:
-        return self.cloud
-
     def provider(self, replica: str) -> CloudProvider:
         """The provider for a CCM in this process (`replica`: the sim cloud's call-log name)."""
         if self.cloud == "aws":
@@ -532,7 +528,7 @@ def run_testbed(argv: Sequence[str]) -> int:
                 print(f"{cloud_name} listening on {world.cloud_url}", flush=True)
                 print(f"kubeconfig written to {world.kubeconfig}", flush=True)
                 print(
-                    f"cloud config for --cloud-provider={world.provider_name} written to "
+                    f"cloud config for --cloud-provider={world.cloud} written to "
                     f"{args.cloud_config_out}",
                     flush=True,
                 )
