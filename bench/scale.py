@@ -498,6 +498,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", metavar="PNG", help="plot RSS and CPU against N to PNG")
     parser.add_argument("--tracemalloc", metavar="DIR", help="TRIO_CCM_TRACEMALLOC for the CCM")
     parser.add_argument(
+        "--keep", metavar="DIR", help="keep each run's logs and files in DIR/nN (default: deleted)"
+    )
+    parser.add_argument(
         "--merge",  # with no --nodes, only merges (and plots)
         metavar="FILE",
         action="append",
@@ -524,8 +527,13 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[Run] = []
     started = time.monotonic()
     for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
-            run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
+        if args.keep:
+            kept = Path(args.keep) / f"n{size.nodes}"
+            kept.mkdir(parents=True, exist_ok=True)
+            run = trio.run(run_one, size, kept, args.tracemalloc)
+        else:
+            with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+                run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
         runs.append(run)
         print(f"{size.nodes:,} Nodes done after {time.monotonic() - started:.0f} s", flush=True)
     for earlier in args.merge or ():

@@ -42,6 +42,7 @@ from trio_ccm.flags import parse_flags, usage, wants_help, wants_version
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
+from trio_ccm.stalls import StallWatch
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 
 __all__ = [
@@ -300,14 +301,18 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
             await aclose_provider(provider)
 
     code = EXIT_OK
+    stalls = StallWatch()  # logs any step that holds the Trio thread for a second or more
+    stalls.track_gc()
     try:
-        trio.run(run)
+        trio.run(run, instruments=[stalls])
     except* LeaseLostError as group:
         _log_lease_lost(group)
         code = EXIT_FAILURE
     except* Exception as group:
         log_failures(group)
         code = EXIT_FAILURE
+    finally:
+        stalls.untrack_gc()
     if code == EXIT_OK and shutdown.forced:
         code = EXIT_FAILURE
     log.info("ccm.exit", exit_code=code)
