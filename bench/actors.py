@@ -205,6 +205,27 @@ async def rate_phase(count: int, rounds: int, limit: int) -> dict[str, Any]:
     }
 
 
+# -- the mailbox alone ---------------------------------------------------------------------
+def mailbox_phase(keys: int, steady: int) -> dict[str, float]:
+    """Drain a mailbox of `keys` pending keys (a subscription's first fill, at 100,000 Nodes),
+    then `steady` put/get pairs one key at a time on the same, now empty, mailbox (heartbeats
+    after the fill). Synchronous: the mailbox's own cost, no scheduler."""
+    mailbox: Mailbox[str, int] = Mailbox()
+    names = key_names(keys)
+    for i, name in enumerate(names):
+        mailbox.put(name, i)
+    t0 = time.perf_counter()
+    while len(mailbox):
+        mailbox.get_nowait()
+    drain_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(steady):
+        mailbox.put(names[i % keys], i)
+        mailbox.get_nowait()
+    pair_s = (time.perf_counter() - t0) / steady
+    return {"drain_ms": drain_s * 1e3, "pair_us": pair_s * 1e6}
+
+
 # -- main --------------------------------------------------------------------------------
 def run(phase: Callable[..., Any], *args: Any) -> dict[str, Any]:
     result: dict[str, Any] = trio.run(phase, *args)
@@ -249,6 +270,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['spawn_notifications_per_s']:,.0f}/s; handled {r['handled']:,}, "
             f"at most {r['max_in_flight']} calls in flight"
         )
+    drained = mailbox_phase(10_000 if args.quick else 100_000, 20_000)
+    print(
+        f"  mailbox  drain of {10_000 if args.quick else 100_000:,} pending keys "
+        f"{drained['drain_ms']:,.1f} ms; then a put and a get {drained['pair_us']:.2f} µs"
+    )
     total_s = time.perf_counter() - began
     print(f"total {total_s:.1f} s")
     figures = {
@@ -259,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
         "spawn_notifications_per_s": round(rate["spawn_notifications_per_s"], 1),
         "unlimited_notifications_per_s": round(free["notifications_per_s"], 1),
         "saturated_notifications_per_s": round(saturated["notifications_per_s"], 1),
+        "mailbox_drain_100k_ms": None if args.quick else round(drained["drain_ms"], 2),
+        "mailbox_put_get_us": round(drained["pair_us"], 3),
         "actors": count,
         "rounds": rounds,
         "limiter": LIMIT,

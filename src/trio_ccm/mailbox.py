@@ -4,10 +4,15 @@
 bounded by the number of distinct keys, not by the rate of changes: a slow receiver that
 missed five updates of a key sees only the last one. Keys come out in the order they first
 became pending (a key updated while pending keeps its place).
+
+The pending keys are an `OrderedDict`: taking the oldest is O(1). (A plain dict's first key
+is found by skipping the slots its earlier pops left behind: draining 100,000 keys took 3 s
+in one step, and a dict that once held that many kept every later get O(its old size).)
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -43,7 +48,7 @@ class Mailbox(Generic[K, V]):
     """Latest value per key plus a wake-up; see the module docstring."""
 
     def __init__(self) -> None:
-        self._pending: dict[K, V] = {}
+        self._pending: OrderedDict[K, V] = OrderedDict()
         self._wakeup = trio.Event()
         self._closed = False
         self._puts = 0
@@ -65,8 +70,7 @@ class Mailbox(Generic[K, V]):
             if self._closed:
                 raise trio.EndOfChannel
             raise trio.WouldBlock
-        key = next(iter(self._pending))
-        return key, self._pending.pop(key)
+        return self._pending.popitem(last=False)
 
     async def get(self) -> tuple[K, V]:
         """The oldest pending key and its latest value; EndOfChannel once closed and empty."""

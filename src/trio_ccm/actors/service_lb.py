@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import ipaddress
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -411,7 +412,7 @@ class _Term:
         self.records: dict[str, _Record] = {}
         self.inbox: Mailbox[str, Message[Service]] = Mailbox()
         self.actors: KeyedActors[str, Message[Service]] | None = None
-        self.deferred: dict[str, None] = {}  # to be re-verified gently, in order
+        self.deferred: OrderedDict[str, None] = OrderedDict()  # to re-verify gently, in order
         self.deferred_added = Wake()
         self.node_pass: _NodeSyncPass | None = None
         self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
@@ -502,8 +503,7 @@ class _Term:
         verify interval while any are left."""
         if not self.deferred:
             return
-        key = next(iter(self.deferred))
-        del self.deferred[key]
+        key, _ = self.deferred.popitem(last=False)
         service = self.ctx.services.get(key)
         if service is not None:
             self.record(key).reverify = True

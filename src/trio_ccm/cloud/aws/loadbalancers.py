@@ -32,6 +32,7 @@ it out, `network.py` holds the subnets and security groups. This module adds:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
@@ -113,7 +114,7 @@ class AwsLoadBalancers:
         self._known: dict[str, _Known] = {}
         # instance → its security groups, from every lookup (shared by the load balancers:
         # a node-set change asks EC2 about a new instance once, not once per load balancer)
-        self._groups_of: dict[str, tuple[str, ...]] = {}
+        self._groups_of: OrderedDict[str, tuple[str, ...]] = OrderedDict()  # oldest first
 
     def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
         return default_load_balancer_name(service)
@@ -146,7 +147,7 @@ class AwsLoadBalancers:
             self._groups_of.pop(instance.id, None)
             self._groups_of[instance.id] = instance.security_groups
         while len(self._groups_of) > _GROUPS_REMEMBERED:
-            del self._groups_of[next(iter(self._groups_of))]
+            self._groups_of.popitem(last=False)
 
     @staticmethod
     def _target_ids(nodes: Sequence[NodeInfo], labels: Mapping[str, str]) -> list[str] | None:

@@ -43,7 +43,7 @@ taken for the instance of the Node that had its name before. It holds at most
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -91,7 +91,8 @@ class NodeDirectory:
 
     def __init__(self, capacity: int = DIRECTORY_CAPACITY) -> None:
         self.capacity = capacity
-        self._instance: dict[str, str] = {}  # node → instance (insertion order = age)
+        # node → instance, oldest first (an OrderedDict: evicting the oldest is O(1))
+        self._instance: OrderedDict[str, str] = OrderedDict()
         self._node: dict[str, str] = {}  # instance → node
 
     def __len__(self) -> int:
@@ -109,8 +110,7 @@ class NodeDirectory:
         self._instance[node] = instance_id
         self._node[instance_id] = node
         while len(self._instance) > self.capacity:
-            oldest = next(iter(self._instance))
-            gone = self._instance.pop(oldest)
+            oldest, gone = self._instance.popitem(last=False)
             if self._node.get(gone) == oldest:
                 del self._node[gone]
 
