@@ -38,7 +38,7 @@ from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
-from trio_ccm.actors.passes import serve_passes
+from trio_ccm.actors.passes import Paced, serve_passes
 from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
 from trio_ccm.cloud.provider import (
     CloudProvider,
@@ -457,12 +457,26 @@ class _Term:
             found = await self.ctx.batcher.all_metadata([node_info(n) for n in nodes])
         else:
             found = await self.lookup_each(nodes)
+        # Compared here, in paced steps; a task (under the status workers' limiter) only for
+        # the Nodes whose addresses change: a period costs no task per unchanged Node.
         limiter = trio.CapacityLimiter(self.status_workers)
+        paced = Paced()
         async with trio.open_nursery() as nursery:
             for node in nodes:
+                await paced.step()
                 metadata = found.get(node.metadata.name)
-                if metadata is not None:
-                    nursery.start_soon(self.update_one, node, metadata, limiter)
+                current = self.ctx.nodes.get(node.metadata.name)
+                if metadata is None or current is None or has_taint(current, TAINT_UNINITIALIZED):
+                    continue
+                try:
+                    addresses = self.desired_addresses(current, metadata)
+                except CcmError as exc:
+                    log.warning(
+                        "node.address-sync-failed", node=current.metadata.name, error=str(exc)
+                    )
+                    continue
+                if addresses is not None and tuple(addresses) != node_addresses(current):
+                    nursery.start_soon(self.update_one, current.metadata.name, metadata, limiter)
         log.debug("node.addresses-synced", nodes=len(nodes), took_s=trio.current_time() - started)
 
     async def lookup_each(self, nodes: Sequence[Node]) -> dict[str, InstanceMetadata | None]:
@@ -486,11 +500,11 @@ class _Term:
         return found
 
     async def update_one(
-        self, node: Node, metadata: InstanceMetadata, limiter: trio.CapacityLimiter
+        self, name: str, metadata: InstanceMetadata, limiter: trio.CapacityLimiter
     ) -> None:
         async with limiter:
-            current = self.ctx.nodes.get(node.metadata.name) or node
-            if has_taint(current, TAINT_UNINITIALIZED):
+            current = self.ctx.nodes.get(name)
+            if current is None or has_taint(current, TAINT_UNINITIALIZED):
                 return
             try:
                 addresses = self.desired_addresses(current, metadata)

@@ -46,7 +46,7 @@ import trio
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
-from trio_ccm.actors.passes import Wake, serve_passes
+from trio_ccm.actors.passes import Paced, Wake, serve_passes
 from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
@@ -233,9 +233,9 @@ def _ingress_json(ingress: Sequence[LoadBalancerIngress]) -> list[dict[str, JSON
     return found
 
 
-def _names(nodes: Sequence[Node]) -> str:
+def _names(nodes: Sequence[NodeInfo]) -> str:
     """Upstream's node list in messages: at most 20 names, then how many more."""
-    names = [n.metadata.name for n in nodes[:_NODE_NAMES_LIMIT]]
+    names = [n.name for n in nodes[:_NODE_NAMES_LIMIT]]
     more = len(nodes) - len(names)
     return "[" + " ".join(names) + (f" <{more} more>" if more else "") + "]"
 
@@ -294,10 +294,10 @@ class _Synced:
 
 @dataclass(frozen=True, slots=True)
 class _Backends:
-    """The stable Nodes as load balancers get them: the Nodes, their set, the providers'
-    views (computed once per change of the Nodes, not once per load balancer)."""
+    """The stable Nodes as load balancers get them: their set and the providers' views, by
+    name (computed once per change of the Nodes, not once per load balancer). No `Node`s:
+    a heartbeat replaces the cached Node, and holding the old one would keep two copies."""
 
-    nodes: tuple[Node, ...]
     node_set: NodeSet
     infos: tuple[NodeInfo, ...]
 
@@ -354,6 +354,7 @@ class ServiceLbController(Controller):
         lbs = ctx.cloud.load_balancers
         assert lbs is not None  # requires() said so
         term = _Term(ctx, lbs, self.metrics)
+        await term.refresh_backends()
         term.actors = ctx.keyed(
             term.sync,
             limiter=trio.CapacityLimiter(
@@ -417,7 +418,7 @@ class _Term:
         self.node_pass: _NodeSyncPass | None = None
         self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
         self.views_stale = False  # a stable Node's view changed since `backends` was built
-        self.backends = self.refresh_backends()
+        self.backends = _Backends(self.node_set(()), ())  # `start` reads the Nodes
 
     def record(self, key: str) -> _Record:
         found = self.records.get(key)
@@ -530,12 +531,14 @@ class _Term:
         views rebuilt where they changed) only once a change has settled."""
         current = self.backends.node_set
         members = self.members(self.backends)
+        paced = Paced()  # a subscription starts with every Node: 100,000 of them, say
         while True:
             key, _ = await mailbox.get()
             moved = self._noted(members, key)
             while len(mailbox):  # already in the cache too: part of the set as it is now
                 key, _ = mailbox.get_nowait()
                 moved = self._noted(members, key) or moved
+                await paced.step()
             if not moved:
                 continue
             give_up_at = trio.current_time() + NODE_SYNC_MAX_WAIT_S
@@ -545,9 +548,10 @@ class _Term:
                 while len(mailbox):
                     key, _ = mailbox.get_nowait()
                     moved = self._noted(members, key) or moved
+                    await paced.step()
                 if not moved:
                     break
-            backends = self.refresh_backends()
+            backends = await self.refresh_backends()
             members = self.members(backends)
             if backends.node_set == current:
                 continue
@@ -563,7 +567,7 @@ class _Term:
             }
             log.info(
                 "service.node-set-changed",
-                nodes=len(backends.nodes),
+                nodes=len(backends.infos),
                 load_balancers=len(keys),
             )
             self.node_pass = _NodeSyncPass(set(keys)) if keys else None
@@ -591,43 +595,41 @@ class _Term:
         members[name] = node.spec.provider_id
         return before != node.spec.provider_id
 
-    def current_backends(self) -> _Backends:
+    async def current_backends(self) -> _Backends:
         """The backends, their views rebuilt first if a Node's view changed meanwhile."""
         if self.views_stale:
-            self.refresh_backends()
+            await self.refresh_backends()
         return self.backends
 
-    def stable_nodes(self) -> list[Node]:
-        return sorted(
-            (n for n in self.ctx.nodes.items() if stable_node(n)), key=lambda n: n.metadata.name
-        )
-
     @staticmethod
-    def node_set(nodes: Sequence[Node]) -> NodeSet:
-        """The digest of the (name, provider ID) pairs of `nodes` (sorted by name)."""
+    def node_set(infos: Sequence[NodeInfo]) -> NodeSet:
+        """The digest of the (name, provider ID) pairs of `infos` (sorted by name)."""
         digest = hashlib.blake2b(digest_size=16)
-        for node in nodes:
-            digest.update(f"{node.metadata.name}\t{node.spec.provider_id}\n".encode())
+        for info in infos:
+            digest.update(f"{info.name}\t{info.provider_id}\n".encode())
         return digest.digest()
 
     @staticmethod
     def members(backends: _Backends) -> dict[str, str]:
         """The node set as `watch_nodes` keeps it: Node name -> provider ID."""
-        return {n.metadata.name: n.spec.provider_id for n in backends.nodes}
+        return {info.name: info.provider_id for info in backends.infos}
 
-    def refresh_backends(self) -> _Backends:
-        """Read the stable Nodes again; a Node's view is rebuilt only if it changed."""
-        nodes = self.stable_nodes()
+    async def refresh_backends(self) -> _Backends:
+        """Read the stable Nodes again; a Node's view is rebuilt only if it changed. Paced:
+        at 100,000 Nodes this is seconds of work, which must not hold up other tasks."""
+        paced = Paced()
         infos: dict[str, tuple[str, NodeInfo]] = {}
-        for node in nodes:
+        for node in self.ctx.nodes.items():  # a copy: the cache may change as we yield
+            await paced.step()
+            if not stable_node(node):
+                continue
             name, version = node.metadata.name, node.metadata.resource_version
             cached = self.infos.get(name)
             infos[name] = cached if cached and cached[0] == version else (version, node_info(node))
+        views = tuple(view for _, (_, view) in sorted(infos.items()))
         self.infos = infos
         self.views_stale = False
-        self.backends = _Backends(
-            tuple(nodes), self.node_set(nodes), tuple(infos[n.metadata.name][1] for n in nodes)
-        )
+        self.backends = _Backends(self.node_set(views), views)
         return self.backends
 
     def node_pass_done(self, key: str, *, failed: bool = False) -> None:
@@ -725,7 +727,7 @@ class _Term:
             self.refuse(key, record, service, "; ".join(problems))
             return None
         record.invalid = None
-        backends = self.current_backends()
+        backends = await self.current_backends()
         previous = record.synced
         unchanged = (
             previous is not None
@@ -760,7 +762,7 @@ class _Term:
                 key, add_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
             )
             log.info("service.finalizer-added", service=key)
-        if not backends.nodes:
+        if not backends.infos:
             self.ctx.events.warning(
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
@@ -800,7 +802,7 @@ class _Term:
             service.metadata.uid, _fingerprint(service), backends.node_set, ingress
         )
         log.info(
-            "service.load-balancer-ensured", service=key, nodes=len(backends.nodes), quiet=quiet
+            "service.load-balancer-ensured", service=key, nodes=len(backends.infos), quiet=quiet
         )
         self.push_if_moved(key, backends)
         return written
@@ -831,8 +833,8 @@ class _Term:
                 self.ctx.events.warning(
                     ref,
                     REASON_UPDATE_LB_FAILED,
-                    f"Error updating load balancer with new hosts {_names(backends.nodes)} [node "
-                    f"names limited, total number of nodes: {len(backends.nodes)}], error: {exc}",
+                    f"Error updating load balancer with new hosts {_names(backends.infos)} [node "
+                    f"names limited, total number of nodes: {len(backends.infos)}], error: {exc}",
                 )
                 raise
             missing = True
@@ -843,13 +845,13 @@ class _Term:
             log.warning("service.load-balancer-missing", service=key)
             return await self.ensure(key, record, service, backends, quiet=False)
         record.synced = dataclasses.replace(previous, nodes=backends.node_set)
-        if backends.nodes:
+        if backends.infos:
             self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
         else:
             self.ctx.events.warning(
                 ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
             )
-        log.info("service.hosts-updated", service=key, nodes=len(backends.nodes))
+        log.info("service.hosts-updated", service=key, nodes=len(backends.infos))
         self.push_if_moved(key, backends)
         return None
 
@@ -860,7 +862,7 @@ class _Term:
             return
         service = self.ctx.services.get(key)
         if service is not None:
-            log.info("service.node-set-moved", service=key, nodes=len(self.backends.nodes))
+            log.info("service.node-set-moved", service=key, nodes=len(self.backends.infos))
             self.send(key, Changed(service))
 
     async def clean_up(self, key: str, service: Service) -> str | None:
