@@ -39,6 +39,7 @@ from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.registry import available_providers, load_provider, read_cloud_config
 from trio_ccm.errors import ConfigError
 from trio_ccm.flags import parse_flags, usage, wants_help, wants_version
+from trio_ccm.heap import serve_heap_trims, tune_malloc
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
@@ -273,6 +274,7 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
     snapshots = os.environ.get(TRACEMALLOC_ENV, "")
     if snapshots:
         tracemalloc.start(1)
+    tune_malloc()  # large buffers mapped and unmapped, not left in the heap (trio_ccm.heap)
 
     async def run() -> None:
         holder: list[Serving] = []
@@ -296,6 +298,7 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
                     )
                     if snapshots:
                         nursery.start_soon(_serve_tracemalloc_snapshots, snapshots)
+                    nursery.start_soon(serve_heap_trims)
                     holder.append(await nursery.start(replica))
         finally:
             await aclose_provider(provider)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import trio
 import trio.testing
@@ -86,3 +88,18 @@ async def test_a_value_being_received_is_never_invisible() -> None:
                 if not slot:
                     mailbox.put("k", 2)  # the child took it: let the receiver finish
         assert all(seen)
+
+
+def test_an_emptied_mailbox_that_held_many_keys_gives_its_dict_back() -> None:
+    """A dict never shrinks: once a mailbox that held 10,000 keys is empty again, its
+    storage is a new, small one (the 10,000-key table is freed); order is kept throughout."""
+    mailbox: Mailbox[int, int] = Mailbox()
+    for i in range(10_000):
+        mailbox.put(i, i)
+    big = sys.getsizeof(mailbox._pending)
+    taken = [mailbox.get_nowait()[0] for _ in range(9_999)]
+    assert taken == list(range(9_999))
+    assert mailbox.take(9_999) == (True, 9_999)
+    mailbox.put(1, 1)
+    assert sys.getsizeof(mailbox._pending) < big / 100
+    assert mailbox.get_nowait() == (1, 1)

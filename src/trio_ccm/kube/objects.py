@@ -72,6 +72,28 @@ class Object(_Base, frozen=True, gc=False):
         return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
 
 
+def share_unchanged(old: msgspec.Struct, new: msgspec.Struct) -> None:
+    """Make a freshly decoded `new` hold `old`'s objects wherever they are equal, in place
+    (`new` must not be shared yet): a field equal in both is set to `old`'s value, and a
+    nested struct of the same type that differs is shared from the inside.
+
+    An informer replaces an object with each new version of it; a Node's status update
+    changes a condition's heartbeat time and the resourceVersion, nothing else it caches.
+    Shared this way, the new version costs the few structs that differ, and every view
+    that holds the old version's labels or addresses still holds what the cache holds.
+    """
+    if type(old) is not type(new):
+        return
+    for name in new.__struct_fields__:
+        before, after = getattr(old, name), getattr(new, name)
+        if before is after:
+            continue
+        if before == after:
+            force_setattr(new, name, before)
+        elif isinstance(after, msgspec.Struct):
+            share_unchanged(before, after)
+
+
 # -- Node --------------------------------------------------------------------------------
 NODE_ANNOTATIONS_KEPT: Final = frozenset({ANNOTATION_PROVIDED_NODE_IP})
 NODE_CONDITIONS_KEPT: Final = frozenset({CONDITION_READY, CONDITION_NETWORK_UNAVAILABLE})

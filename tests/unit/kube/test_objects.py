@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import msgspec
 
-from trio_ccm.kube.objects import LEASES, NODES, SERVICES, Node, Service
+from trio_ccm.kube.objects import LEASES, NODES, SERVICES, Node, Service, share_unchanged
 
 NODE = {
     "apiVersion": "v1",
@@ -112,3 +114,31 @@ def test_resource_paths() -> None:
     assert LEASES.path("kube-system", "ccm") == (
         "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm"
     )
+
+
+def test_a_new_version_shares_what_did_not_change_with_the_old_one() -> None:
+    """A heartbeat (a new resourceVersion and heartbeat time) shares every cached part with
+    the previous version; a changed label gives a new labels dict but shares the rest."""
+    old = _decode(NODE)
+    beat = copy.deepcopy(NODE)
+    beat["metadata"]["resourceVersion"] = "8"
+    beat["status"]["conditions"][1]["lastHeartbeatTime"] = "y"
+    new = _decode(beat)
+    share_unchanged(old, new)
+    assert new.metadata.resource_version == "8"
+    assert new.spec is old.spec
+    assert new.status is old.status
+    assert new.metadata.labels is old.metadata.labels
+    assert new.metadata.uid is old.metadata.uid
+
+    relabelled = copy.deepcopy(beat)
+    relabelled["metadata"]["labels"]["topology.kubernetes.io/zone"] = "b"
+    newer = _decode(relabelled)
+    share_unchanged(new, newer)
+    assert newer.metadata.labels == {
+        "kubernetes.io/hostname": "node-1",
+        "topology.kubernetes.io/zone": "b",
+    }
+    assert newer.metadata.labels is not new.metadata.labels
+    assert newer.spec is old.spec
+    assert newer.status is old.status
