@@ -4,8 +4,8 @@ list (pages of 500) -> watch from the list's resourceVersion (bookmarks, a rando
 timeout of 5-10 min, an inactivity deadline) -> on stream end, re-watch from the last
 version; on 410, relist; on errors, back off and retry. A relist replaces the cache and
 reports objects that vanished meanwhile as deleted. A periodic relist (upstream's resync)
-delivers only real changes. A new version of an object holds the version it replaces
-equal parts (`share_unchanged`): a Node's heartbeat costs a few small structs, not a copy.
+delivers only real changes. A new version of an object shares its unchanged parts with the
+version it replaces (`share_unchanged`): a Node's heartbeat costs a few small structs.
 
 Subscribers (`async with informer.subscription() as mailbox`) get a `Mailbox` of key ->
 latest message, `Changed(obj)` or `Gone(last)`: they see the newest state of every changed
