@@ -416,7 +416,7 @@ class _Term:
         self.deferred: OrderedDict[str, None] = OrderedDict()  # to re-verify gently, in order
         self.deferred_added = Wake()
         self.node_pass: _NodeSyncPass | None = None
-        self.infos: dict[str, tuple[str, NodeInfo]] = {}  # Node -> (resourceVersion, view)
+        self.infos: dict[str, NodeInfo] = {}  # stable Node -> its view in `backends`
         self.views_stale = False  # a stable Node's view changed since `backends` was built
         self.backends = _Backends(self.node_set(()), ())  # `start` reads the Nodes
 
@@ -584,12 +584,9 @@ class _Term:
         node = self.ctx.nodes.get(name)
         if node is None or not stable_node(node):
             return members.pop(name, None) is not None
-        version = node.metadata.resource_version
-        cached = self.infos.get(name)
-        if cached is not None and cached[0] != version:
-            if cached[1] == node_info(node):
-                self.infos[name] = (version, cached[1])  # a heartbeat: the same view
-            else:
+        if not self.views_stale:
+            cached = self.infos.get(name)
+            if cached is not None and cached != node_info(node):
                 self.views_stale = True
         before = members.get(name)
         members[name] = node.spec.provider_id
@@ -618,15 +615,15 @@ class _Term:
         """Read the stable Nodes again; a Node's view is rebuilt only if it changed. Paced:
         at 100,000 Nodes this is seconds of work, which must not hold up other tasks."""
         paced = Paced()
-        infos: dict[str, tuple[str, NodeInfo]] = {}
+        infos: dict[str, NodeInfo] = {}
         for node in self.ctx.nodes.items():  # a copy: the cache may change as we yield
             await paced.step()
             if not stable_node(node):
                 continue
-            name, version = node.metadata.name, node.metadata.resource_version
-            cached = self.infos.get(name)
-            infos[name] = cached if cached and cached[0] == version else (version, node_info(node))
-        views = tuple(view for _, (_, view) in sorted(infos.items()))
+            view = node_info(node)
+            cached = self.infos.get(view.name)
+            infos[view.name] = cached if cached == view else view  # the old one: less churn
+        views = tuple(view for _, view in sorted(infos.items()))
         self.infos = infos
         self.views_stale = False
         self.backends = _Backends(self.node_set(views), views)
