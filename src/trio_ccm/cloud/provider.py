@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, runtime_checkable
 
+import msgspec
+
 from trio_ccm.errors import CcmError, RetryAfter
 
 __all__ = [
@@ -123,23 +125,26 @@ class ThrottledError(CcmError):
 
 
 # -- values ------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class NodeAddress:
+# NodeAddress and NodeInfo are kept for every Node (the service-lb-controller's views, a
+# bulk lookup's arguments): frozen msgspec Structs with gc=False (they hold no cycles), so
+# 100,000 of them neither carry a garbage-collector header nor make each full collection
+# walk them. Built, compared, hashed and read like frozen dataclasses;
+# `msgspec.structs.replace` copies one with changes.
+class NodeAddress(msgspec.Struct, frozen=True, gc=False):
     """One address of a Node: `type` is one of ADDRESS_TYPES."""
 
     type: str
     address: str
 
 
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
+class NodeInfo(msgspec.Struct, frozen=True, gc=False):
     """A read-only view of a Node, as providers see it."""
 
     name: str
     uid: str = ""
     provider_id: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = msgspec.field(default_factory=dict)
+    annotations: Mapping[str, str] = msgspec.field(default_factory=dict)
     addresses: tuple[NodeAddress, ...] = ()
     pod_cidrs: tuple[str, ...] = ()
     ready: bool | None = None
