@@ -418,10 +418,20 @@ class LeaderElector:
                 while True:
                     await trio.sleep_until(self._clock.trio_time(slot))
                     started = self._clock.current_time()
-                    with trio.move_on_at(self._clock.trio_time(started + self._attempt_timeout_s)):
+                    deadline = started + self._attempt_timeout_s
+                    with trio.move_on_at(self._clock.trio_time(deadline)) as attempt:
                         if await self._try_acquire_or_renew():
                             self._last_renewed = started
                             break
+                    if attempt.cancelled_caught:
+                        log.warning(
+                            "lease.renew-timed-out",
+                            lease=self._describe(),
+                            identity=self.identity,
+                            timeout_s=self._attempt_timeout_s,
+                            hint="the API server did not answer in time; the Lease is lost "
+                            f"{self.renew_deadline_s:g} s after the last renewal",
+                        )
                     if self._observed.holder_identity != self.identity:
                         log.warning(
                             "lease.lost",

@@ -57,6 +57,7 @@ from trio_ccm.govalues import parse_duration
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
+from trio_ccm.stalls import StallWatch
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 from trio_ccm.testing.cloud import SimCloud, cloud_config, serve_sim_cloud
@@ -253,7 +254,7 @@ def run_apiserver(argv: Sequence[str]) -> int:
                 await _stop_at_first_signal(signals, nursery)
         return EXIT_OK
 
-    return trio.run(run)
+    return trio.run(run, instruments=[StallWatch()])  # names a step that holds the loop
 
 
 # -- `trio-ccm testbed` --------------------------------------------------------------------
@@ -543,7 +544,7 @@ def run_testbed(argv: Sequence[str]) -> int:
                 await _stop_at_first_signal(signals, nursery)
         return EXIT_OK
 
-    return trio.run(run)
+    return trio.run(run, instruments=[StallWatch()])  # names a step that holds the loop
 
 
 # -- `trio-ccm demo` -----------------------------------------------------------------------

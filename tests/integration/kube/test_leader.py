@@ -357,6 +357,27 @@ async def test_renewals_failing_with_503(
     referee.assert_safe()
 
 
+async def test_a_renewal_the_server_does_not_answer_in_time_is_logged(
+    server: ApiServer, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A renewal the API server does not answer within the attempt timeout (5 s) is logged
+    as timed out, and the Lease is lost at the renew deadline (t=12)."""
+    with trio.fail_after(60), capture_logs() as logs:
+        async with open_cluster(server) as cluster:
+            a = cluster.start("a")
+            await trio.sleep_until(3)
+            server.faults.inject_latency(30.0, verb="update", resource="leases")
+            server.faults.inject_latency(30.0, verb="get", resource="leases")
+            await trio.sleep_until(12.5)
+            assert not a.elector.leading.value
+    timed_out = [line for line in logs if line["event"] == "lease.renew-timed-out"]
+    # The attempt at t=4 timed out at t=9; the one at t=10 was cut by the deadline at t=12.
+    assert len(timed_out) == 1
+    assert timed_out[0]["timeout_s"] == 5.0
+    lost = [line for line in logs if line["event"] == "lease.lost"]
+    assert lost[0]["renew_deadline_s"] == 10.0
+
+
 async def test_exit_on_lost_lease(
     server: ApiServer, autojump_clock: trio.testing.MockClock
 ) -> None:
