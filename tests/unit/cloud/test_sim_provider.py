@@ -86,16 +86,34 @@ async def test_provider_satisfies_the_protocols(provider: SimProvider) -> None:
 
 
 async def test_initialize_checks_the_cloud_answers(cloud: SimCloud, provider: SimProvider) -> None:
-    """initialize() asks /v1/health once; a failing cloud gives an error naming its URL."""
+    """The first initialize() asks /v1/health; a failing cloud gives an error naming its URL
+    (a wrong URL in the cloud config stops the process with the fix)."""
+    cloud.faults.error("Health", status=503, count=1)
     with trio.fail_after(LIMIT_S):
-        await provider.initialize()
-        cloud.faults.error("Health", status=503, count=1)
         with pytest.raises(SimCloudError, match=r"sim cloud at http://sim-cloud is not usable"):
             await provider.initialize()
+        await provider.initialize()
     assert [(c.method, c.replica, c.status) for c in cloud.calls] == [
-        ("Health", "ccm-0", 200),
         ("Health", "ccm-0", 503),
+        ("Health", "ccm-0", 200),
     ]
+
+
+async def test_a_later_initialize_waits_out_a_busy_cloud(
+    cloud: SimCloud, provider: SimProvider, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Once the cloud has answered, a later term's initialize() retries 5xx answers with
+    capped backoff (1 s, 2 s, ...) and returns when the cloud answers; a 4xx still raises."""
+    with trio.fail_after(LIMIT_S):
+        await provider.initialize()
+        cloud.faults.error("Health", status=503, count=3)
+        started = trio.current_time()
+        await provider.initialize()
+        assert trio.current_time() - started == 1 + 2 + 4
+        cloud.faults.error("Health", status=404, count=1)
+        with pytest.raises(SimCloudError, match="not usable"):
+            await provider.initialize()
+    assert [c.status for c in cloud.calls] == [200, 503, 503, 503, 200, 404]
 
 
 # ---------------------------------------------------------------- instances

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import httpx
+import trio
 
 from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
 from trio_ccm.cloud.sim.client import SimClient
@@ -10,6 +13,12 @@ from trio_ccm.cloud.sim.errors import SimCloudError
 from trio_ccm.cloud.sim.instances import SimInstances
 from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers
 from trio_ccm.cloud.sim.routes import SimRoutes
+from trio_ccm.logs import get_logger
+
+log = get_logger("trio_ccm.cloud.sim.provider")
+
+_RETRY_BASE_S: Final = 1.0
+_RETRY_CAP_S: Final = 30.0
 
 
 class SimProvider:
@@ -38,9 +47,29 @@ class SimProvider:
         self.instances: Instances | None = SimInstances(self._client)
         self.load_balancers: LoadBalancers | None = SimLoadBalancers(self._client)
         self.routes: Routes | None = SimRoutes(self._client)
+        self._answered = False  # the cloud has answered an `initialize` once
 
     async def initialize(self) -> None:
-        """Check that the simulated cloud answers; SimCloudError saying where it was sought."""
+        """Check that the simulated cloud answers; SimCloudError saying where it was sought.
+
+        Only the first check can fail: once the cloud has answered, a later term's check
+        that gets no answer or a 5xx (a busy or restarting cloud) is waited out, with capped
+        backoff and a warning per attempt, rather than stopping the process."""
+        delay = _RETRY_BASE_S
+        while True:
+            try:
+                await self._check()
+            except SimCloudError as exc:
+                if not self._answered or (exc.status is not None and exc.status < 500):
+                    raise
+                log.warning("sim.initialize-failed", error=str(exc), retry_in_s=delay)
+                await trio.sleep(delay)
+                delay = min(_RETRY_CAP_S, delay * 2)
+                continue
+            self._answered = True
+            return
+
+    async def _check(self) -> None:
         try:
             await self._client.request("Health", "", "GET", "/v1/health")
         except SimCloudError as exc:
