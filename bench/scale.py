@@ -84,6 +84,7 @@ DEFAULT_NODES: Final = (1000, 5000, 20_000, 100_000)
 LB_RATE: Final = (5.0, 10)  # the cloud budget's default for load balancers (cloud/budget.py)
 JOIN_WRITES_PER_NODE: Final = 2
 TAINTLESS_LABEL: Final = "node.kubernetes.io/instance-type"
+LB_LABEL: Final = "bench.trio-ccm.dev/load-balancer"  # lets the bench list only those
 GOALS: Final = {  # issue 18, at 100,000 Nodes (and at 5,000 for RSS and CPU)
     "rss_mb_100k": 300,
     "ready_s": 60,
@@ -134,6 +135,25 @@ class Run:
     go_calls_per_period: int = 0
     go_join_calls: int = 0
     go_nodeset_calls: int = 0
+    lease_losses: int = 0
+    ccm_stalls: int = 0
+    ccm_max_stall_s: float = 0.0
+    testbed_max_stall_s: float = 0.0
+
+
+def stalls_and_losses(log: Path) -> tuple[list[float], int]:
+    """The `trio.stall` lines' seconds and the count of `lease.lost` lines in a JSON log."""
+    stalls: list[float] = []
+    losses = 0
+    with log.open() as lines:
+        for line in lines:
+            if '"trio.stall"' in line or '"lease.lost"' in line:
+                record = json.loads(line)
+                if record["event"] == "trio.stall":
+                    stalls.append(float(record["seconds"]))
+                else:
+                    losses += 1
+    return stalls, losses
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -202,7 +222,7 @@ def service(i: int, lb: bool) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default", "labels": {LB_LABEL: str(lb).lower()}},
         "spec": {
             "type": "LoadBalancer" if lb else "ClusterIP",
             "selector": {"app": name},
@@ -226,7 +246,10 @@ async def create_services(api: httpx.AsyncClient, total: int, lbs: int) -> None:
 
 
 async def lb_ingress_count(api: httpx.AsyncClient) -> int:
-    response = await api.get("/api/v1/namespaces/default/services")
+    # Only the LoadBalancer Services: listing all 5,000 every second loaded the testbed.
+    response = await api.get(
+        "/api/v1/namespaces/default/services", params={"labelSelector": f"{LB_LABEL}=true"}
+    )
     response.raise_for_status()
     return sum(
         1
@@ -312,6 +335,9 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
             await create_services(api, sizes.services, sizes.lb_services)
             await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
         run.testbed_rss_mb = rss_bytes(testbed.pid) / 2**20
+    stalls, run.lease_losses = stalls_and_losses(tmp / "ccm.log")
+    run.ccm_stalls, run.ccm_max_stall_s = len(stalls), max(stalls, default=0.0)
+    run.testbed_max_stall_s = max(stalls_and_losses(tmp / "testbed.log")[0], default=0.0)
     return run
 
 
@@ -378,12 +404,14 @@ async def join_and_push(
             json={"name": f"join-{i:05d}", "instanceType": "sim.large"},
         )
         response.raise_for_status()
+    # Polled as gently as the answer allows: each count is a scan of every Node in the
+    # testbed, which also answers the CCM (and its Lease renewals) on one thread.
+    registered = False
     with trio.fail_after(1800):
         while True:
             await trio.sleep(0.5)
-            if await count_nodes(api) >= n + join and not await count_nodes(
-                api, f"!{TAINTLESS_LABEL}"
-            ):
+            registered = registered or await count_nodes(api) >= n + join
+            if registered and not await count_nodes(api, f"!{TAINTLESS_LABEL}"):
                 break
     run.join_1000_s = time.monotonic() - t0
     run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
@@ -473,6 +501,10 @@ def print_table(runs: list[Run]) -> None:
         ("  bound by the LB budget (s)", "nodeset_lb_budget_bound_s", "{:.1f}"),
         ("  SetLoadBalancerBackends", "nodeset_backend_calls", "{:,}"),
         ("testbed RSS (MB)", "testbed_rss_mb", "{:.0f}"),
+        ("Lease lost (times)", "lease_losses", "{:,}"),
+        ("CCM steps >= 1 s", "ccm_stalls", "{:,}"),
+        ("  longest (s)", "ccm_max_stall_s", "{:.2f}"),
+        ("testbed's longest step (s)", "testbed_max_stall_s", "{:.2f}"),
     ]
     print(f"{'':32}" + "".join(f"{r.nodes:>12,}" for r in runs))
     for label, key, fmt in rows:
@@ -557,6 +589,10 @@ def main(argv: list[str] | None = None) -> None:
         "go_calls_per_period": largest.go_calls_per_period,
         "go_join_calls": largest.go_join_calls,
         "go_nodeset_calls": largest.go_nodeset_calls,
+        "lease_losses": largest.lease_losses,
+        "ccm_stalls": largest.ccm_stalls,
+        "ccm_max_stall_s": round(largest.ccm_max_stall_s, 2),
+        "testbed_max_stall_s": round(largest.testbed_max_stall_s, 2),
         **growth(runs),
         "goals": GOALS,
         "plot": args.plot if plotted else None,
