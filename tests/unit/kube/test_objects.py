@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 
 import msgspec
 
-from trio_ccm.kube.objects import LEASES, NODES, SERVICES, Node, Service, share_unchanged
+from trio_ccm.kube.objects import (
+    LEASES,
+    NODES,
+    SERVICES,
+    Node,
+    NodeLabels,
+    Service,
+    share_unchanged,
+)
 
 NODE = {
     "apiVersion": "v1",
@@ -142,3 +151,31 @@ def test_a_new_version_shares_what_did_not_change_with_the_old_one() -> None:
     assert newer.metadata.labels is not new.metadata.labels
     assert newer.spec is old.spec
     assert newer.status is old.status
+
+
+def test_node_labels_read_like_a_dict_and_share_their_keys() -> None:
+    """A cached Node's labels are a read-only Mapping equal to the dict they came from; two
+    Nodes with the same label keys share one key index, and each keeps only its values."""
+    one = _decode(NODE)
+    other_body = copy.deepcopy(NODE)
+    other_body["metadata"]["name"] = "node-2"
+    other_body["metadata"]["labels"]["kubernetes.io/hostname"] = "node-2"
+    two = _decode(other_body)
+    labels = one.metadata.labels
+    assert isinstance(labels, NodeLabels)
+    assert isinstance(labels, Mapping)
+    assert labels == NODE["metadata"]["labels"]
+    assert NODE["metadata"]["labels"] == labels
+    assert dict(labels) == NODE["metadata"]["labels"]
+    assert labels["topology.kubernetes.io/zone"] == "a"
+    assert labels.get("missing") is None
+    assert labels.get("missing", "x") == "x"
+    assert "kubernetes.io/hostname" in labels
+    assert "missing" not in labels
+    assert len(labels) == 2
+    assert list(labels.items()) == list(NODE["metadata"]["labels"].items())
+    assert repr(labels) == repr(NODE["metadata"]["labels"])
+    assert two.metadata.labels.index is labels.index
+    assert two.metadata.labels != labels
+    assert one.metadata.annotations == {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"}
+    assert _decode({"metadata": {"name": "bare"}}).metadata.labels == {}
