@@ -25,6 +25,18 @@ e2e: for context, the same informer against the emulator in-process (`ApiServer(
 while 4 tasks send merge patches (one label each) through httpx; this includes the emulator's
 own work (patching, storing, encoding and fanning out events) on the same thread.
 
+heartbeat: the cost of a kubelet's status update that changes nothing the cache holds (only
+the resourceVersion and the heartbeat times), with three subscriptions open as in a running
+CCM (cloud-node, service-lb, lifecycle): CPU microseconds per update, from the stream to the
+cache, decode included. Beside it, the same for updates that change a label, which reach the
+three subscribers (each drained by a consumer task).
+
+lifecycle: the cloud-node-lifecycle-controller (`NodeLifecycleController.run`, the code the
+supervisor runs each term) over an informer holding N Ready Nodes (100,000; quick 5,000),
+under `trio.testing.MockClock` so its monitoring passes come every 5 s of virtual time with
+no waiting: the CPU of the first pass of a term (the subscription's fill included) and of
+each pass after it, with no Node NotReady.
+
 `events_per_s` is the lower of the per-size medians over the rounds; `bytes_per_node` is the
 higher of the per-size figures. Everything runs in one process, one thread and one `trio.run`
 per phase, so every figure is for one core. Prints a human-readable summary, then one JSON
@@ -35,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import gc
 import platform
 import pstats
@@ -50,16 +63,24 @@ from typing import Any
 
 import httpx
 import msgspec
+import prometheus_client
 import trio
+import trio.testing
 
-from _common import print_figures
+from _common import print_figures, quiet_logging
 from apiserver import LABEL, make_node, node_name
+from trio_ccm.actors.controller import ControllerContext, ControllerSetup
+from trio_ccm.actors.node_lifecycle import NodeLifecycleController
+from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.events import EventRecorder
 from trio_ccm.kube.informer import Changed, Informer, Update
-from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.mailbox import Mailbox
+from trio_ccm.settings import Settings
 from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.cloud import SimCloud
 
 NODES_PATH = "/api/v1/nodes"
 CHUNK_BYTES = 64 * 1024  # what httpcore asks the socket for per read
@@ -110,10 +131,33 @@ def build_round(nodes: int, first_seq: int, count: int, chunk_bytes: int) -> Rou
     for seq in range(first_seq, first_seq + count):
         node = stored_node(seq % nodes, nodes + 1 + seq, seq // nodes + 1)
         lines.append(_encode({"type": "MODIFIED", "object": node}) + b"\n")
-    stream = b"".join(lines)
+    return _round(lines, chunk_bytes, node_name((first_seq + count - 1) % nodes))
+
+
+def build_heartbeats(nodes: int, first_seq: int, count: int, chunk_bytes: int) -> Round:
+    """`count` MODIFIED events of which all but the last are heartbeats (a new
+    resourceVersion and heartbeat time, nothing the cache holds), round-robin over all
+    Nodes but the last; the last event changes the last Node's label, so that subscribers
+    see when the round is over."""
+    lines = []
+    for seq in range(first_seq, first_seq + count - 1):
+        node = stored_node(seq % (nodes - 1), nodes + 1 + seq)
+        beat = f"2026-11-21T{10 + seq // 3600 % 12:02d}:{seq // 60 % 60:02d}:{seq % 60:02d}Z"
+        for condition in node["status"]["conditions"]:
+            condition["lastHeartbeatTime"] = beat
+        lines.append(_encode({"type": "MODIFIED", "object": node}) + b"\n")
     last = first_seq + count - 1
+    sentinel = stored_node(nodes - 1, nodes + 1 + last)
+    sentinel["metadata"]["labels"][LABEL] = f"round-{last}"
+    lines.append(_encode({"type": "MODIFIED", "object": sentinel}) + b"\n")
+    return _round(lines, chunk_bytes, node_name(nodes - 1))
+
+
+def _round(lines: list[bytes], chunk_bytes: int, last_key: str) -> Round:
+    stream = b"".join(lines)
+    last_rv = msgspec.json.decode(lines[-1], type=dict)["object"]["metadata"]["resourceVersion"]
     chunks = [stream[at : at + chunk_bytes] for at in range(0, len(stream), chunk_bytes)]
-    return Round(chunks, count, len(stream), node_name(last % nodes), str(nodes + 1 + last))
+    return Round(chunks, len(lines), len(stream), last_key, last_rv)
 
 
 class _Replay(httpx.AsyncByteStream):
@@ -287,6 +331,109 @@ async def events_phase(
     }
 
 
+# -- heartbeats: updates that change nothing cached -------------------------------------
+SUBSCRIBERS = 3  # cloud-node, service-lb and lifecycle subscribe to the Node cache
+
+
+async def heartbeat_phase(nodes: int, events: int, rounds: int, chunk_bytes: int) -> dict[str, Any]:
+    """CPU per update with SUBSCRIBERS subscriptions: heartbeats, then label changes."""
+    transport = cluster(nodes)
+    client = KubeClient(connection(), transport=transport, qps=0)
+    informer = Informer(client, NODES, Node, rng=random.Random(1))
+    consumers = [Consumer() for _ in range(SUBSCRIBERS)]
+    costs: dict[str, list[float]] = {"heartbeat": [], "change": []}
+    unchanged = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.serve)
+        for consumer in consumers:
+            mailbox = await nursery_subscription(nursery, informer)
+            drain(mailbox)
+            nursery.start_soon(consumer.run, mailbox)
+        seq = 0
+        for kind in ("heartbeat", "change"):
+            for _ in range(rounds):
+                build = build_heartbeats if kind == "heartbeat" else build_round
+                round_ = build(nodes, seq, events, chunk_bytes)
+                seq += events
+                gc.collect()
+                before = informer.unchanged
+                done = [trio.Event() for _ in consumers]
+                for consumer, event in zip(consumers, done, strict=True):
+                    consumer.target = dataclasses.replace(round_, done=event)
+                cpu_began = time.process_time()
+                with trio.fail_after(ROUND_TIMEOUT_S):
+                    await transport.send_round.send(round_)
+                    for event in done:
+                        await event.wait()
+                costs[kind].append((time.process_time() - cpu_began) / events * 1e6)
+                if kind == "heartbeat":
+                    unchanged += informer.unchanged - before
+                    if informer.unchanged - before != events - 1:
+                        raise RuntimeError(
+                            f"{informer.unchanged - before} of {events - 1} heartbeats were "
+                            "taken for no change"
+                        )
+                elif informer.unchanged != before:
+                    raise RuntimeError("a label change was taken for no change")
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+    return {
+        "nodes": nodes,
+        "heartbeat_us": statistics.median(costs["heartbeat"]),
+        "change_us": statistics.median(costs["change"]),
+        "unchanged": unchanged,
+    }
+
+
+# -- the lifecycle controller's passes ---------------------------------------------------
+MONITOR_PERIOD_S = 5.0
+
+
+async def lifecycle_phase(nodes: int, passes: int) -> dict[str, Any]:
+    """CPU of the lifecycle controller's first pass and of its passes after, no NotReady."""
+    transport = cluster(nodes)
+    client = KubeClient(connection(), transport=transport, qps=0)
+    informer = Informer(client, NODES, Node, rng=random.Random(1))
+    services: Informer[Service] = Informer(client, SERVICES, Service)  # never served
+    cloud = SimCloud(seed=1)
+    provider = SimProvider(url="http://sim", replica="bench", transport=cloud.transport())
+    settings = Settings(node_monitor_period_s=MONITOR_PERIOD_S)
+    controller = NodeLifecycleController(
+        ControllerSetup(settings, prometheus_client.CollectorRegistry())
+    )
+    ctx = ControllerContext(
+        name=controller.name,
+        settings=settings,
+        kube=client,
+        nodes=informer,
+        services=services,
+        cloud=provider,
+        events=EventRecorder(client, component=controller.event_component),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.serve)
+        gc.collect()
+        # Virtual time stands still while a pass runs: passes come at 0, 5, 10, ... s.
+        began = time.process_time()
+        nursery.start_soon(controller.run, ctx)
+        await trio.sleep(MONITOR_PERIOD_S / 2)
+        first_s = time.process_time() - began
+        began = time.process_time()
+        await trio.sleep(passes * MONITOR_PERIOD_S)
+        steady_s = time.process_time() - began
+        nursery.cancel_scope.cancel()
+    await provider.aclose()
+    await client.aclose()
+    if cloud.calls:
+        raise RuntimeError(f"{len(cloud.calls)} cloud calls with every Node Ready")
+    return {
+        "nodes": nodes,
+        "passes": passes,
+        "first_pass_ms": first_s * 1e3,
+        "pass_us": steady_s / passes * 1e6,
+    }
+
+
 # -- memory ------------------------------------------------------------------------------
 def deep_size(objects: Iterable[object]) -> int:
     """sys.getsizeof over every object reachable through Structs, dicts, tuples (once each)."""
@@ -426,14 +573,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--writers", type=int, default=4, help="concurrent e2e writer tasks")
     parser.add_argument("--window", type=int, default=500, help="max e2e events in flight")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the events/s rounds to FILE")
-    parser.add_argument("--only", choices=("events", "memory", "e2e"), help="run one phase")
+    parser.add_argument(
+        "--lifecycle-nodes", type=int, help="lifecycle phase Nodes (default 100000; quick 5000)"
+    )
+    parser.add_argument("--passes", type=int, default=20, help="lifecycle passes measured")
+    parser.add_argument(
+        "--only",
+        choices=("events", "memory", "e2e", "heartbeat", "lifecycle"),
+        help="run one phase",
+    )
     args = parser.parse_args(argv)
+    quiet_logging("warning")
 
     sizes = [int(s) for s in args.sizes.split(",") if s]
     events = args.events or (5_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 3)
     e2e_nodes = args.e2e_nodes or (1_000 if args.quick else 5_000)
     e2e_writes = args.e2e_writes or (1_000 if args.quick else 5_000)
+    lifecycle_nodes = args.lifecycle_nodes or (5_000 if args.quick else 100_000)
     profile = cProfile.Profile() if args.profile else None
 
     print(
@@ -481,6 +638,30 @@ def main(argv: list[str] | None = None) -> None:
             f"{e2e['wall_s']:.2f} s, {args.writers} writers, emulator in-process, "
             f"cpu {e2e['cpu_util']:.0%})"
         )
+    beats: dict[str, Any] = {}
+    if args.only in (None, "heartbeat"):
+        beat_nodes = min(sizes) if args.quick else max(sizes)
+        beats = trio.run(heartbeat_phase, beat_nodes, events, rounds, args.chunk_bytes)
+        print(
+            f"  heartbeat {beats['nodes']:>5} Nodes, {SUBSCRIBERS} subscribers: "
+            f"{beats['heartbeat_us']:.1f} µs CPU per update that changes nothing cached, "
+            f"{beats['change_us']:.1f} µs per label change (medians of {rounds} x {events})"
+        )
+        gc.collect()
+    lifecycle: dict[str, Any] = {}
+    if args.only in (None, "lifecycle"):
+        lifecycle = trio.run(
+            lifecycle_phase,
+            lifecycle_nodes,
+            args.passes,
+            clock=trio.testing.MockClock(autojump_threshold=0),
+        )
+        print(
+            f"  lifecycle {lifecycle_nodes:>5} Nodes, all Ready: first pass of a term "
+            f"{lifecycle['first_pass_ms']:.1f} ms CPU, then {lifecycle['pass_us']:.1f} µs "
+            f"per pass ({args.passes} passes)"
+        )
+        gc.collect()
     total_s = time.perf_counter() - began
 
     if profile is not None:
@@ -509,6 +690,14 @@ def main(argv: list[str] | None = None) -> None:
         first = next(iter(rates.values()))["rounds"][0]
         figures["event_bytes"] = round(first["event_bytes"])
         figures["coalesced"] = sum(x["coalesced"] for r in rates.values() for x in r["rounds"])
+    if beats:
+        figures["heartbeat_us"] = round(beats["heartbeat_us"], 2)
+        figures["change_us"] = round(beats["change_us"], 2)
+        figures["heartbeat_nodes"] = beats["nodes"]
+    if lifecycle:
+        figures["lifecycle_pass_us"] = round(lifecycle["pass_us"], 1)
+        figures["lifecycle_first_pass_ms"] = round(lifecycle["first_pass_ms"], 1)
+        figures["lifecycle_nodes"] = lifecycle["nodes"]
     figures.update(
         {
             "events_per_round": events,

@@ -11,6 +11,22 @@ Subscribers (`async with informer.subscription() as mailbox`) get a `Mailbox` of
 latest message, `Changed(obj)` or `Gone(last)`: they see the newest state of every changed
 object, never an unbounded queue of intermediate ones. A new subscription starts with a
 `Changed` for every cached object.
+
+**An update that changes nothing we decode notifies nobody.** Kubelets post their Node's
+status every few minutes (333 updates/s at 100,000 Nodes); the heartbeat times are not
+decoded (`kube/objects.py`), so such an update differs from the cached object only in
+`metadata.resourceVersion`. The cache takes it (`get` returns the newest version) and
+`unchanged` counts it, but no subscriber hears of it: what a subscriber can see did not
+change. Every other update is delivered, so a subscriber still sees every change of what it
+reads, and a `Changed` always carries the newest object at the time it was sent (a later
+no-op update may give the cache a newer resourceVersion of the same content).
+
+**No step is O(objects).** Loops over every object (a relist's notifications, a new
+subscription's first `Changed` per key) yield to other tasks every `CHECKPOINT_EVERY`
+objects, so 100,000 cached Nodes never hold the Trio thread for long (a long step starves
+the Lease renewal). Only the informer's own task writes the cache, so such a loop sees no
+other change of it meanwhile; a subscription filled in steps is registered first, so
+changes made during its fill reach it too and it never gets an older state after a newer.
 """
 
 from __future__ import annotations
@@ -24,6 +40,7 @@ from typing import Generic, NoReturn, TypeVar
 
 import msgspec
 import trio
+from msgspec.structs import astuple
 
 from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeError
 from trio_ccm.kube.objects import Object, Resource, WatchEvent, share_unchanged
@@ -34,6 +51,8 @@ T = TypeVar("T", bound=Object)
 log = get_logger("trio_ccm.kube.informer")
 
 PAGE_SIZE = 500
+CHECKPOINT_EVERY = 1000
+"""Objects handled between two checkpoints in loops over every object (about 1-2 ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +71,24 @@ class Gone(Generic[T]):
 
 Update = Changed[T] | Gone[T]
 """What a subscription delivers per key."""
+
+
+def same_but_version(old: Object, new: Object) -> bool:
+    """Whether `new` equals `old` in every decoded field but `metadata.resourceVersion`
+    (for any `Object` Struct: what a subscriber can read of it did not change)."""
+    kind = type(new)
+    if type(old) is not kind or type(old.metadata) is not type(new.metadata):
+        return False
+    at = kind.__struct_fields__.index("metadata")
+    whole_old, whole_new = astuple(old), astuple(new)
+    if whole_old[:at] != whole_new[:at] or whole_old[at + 1 :] != whole_new[at + 1 :]:
+        return False
+    version = type(new.metadata).__struct_fields__.index("resource_version")
+    meta_old, meta_new = astuple(old.metadata), astuple(new.metadata)
+    return (
+        meta_old[:version] == meta_new[:version]
+        and meta_old[version + 1 :] == meta_new[version + 1 :]
+    )
 
 
 class Informer(Generic[T]):
@@ -91,6 +128,7 @@ class Informer(Generic[T]):
         self.relists = 0
         self.watches = 0
         self.errors = 0
+        self.unchanged = 0  # updates that changed only the resourceVersion: not notified
 
     # -- reading ----------------------------------------------------------------------
     def get(self, key: str) -> T | None:
@@ -116,13 +154,22 @@ class Informer(Generic[T]):
     # -- subscribers ------------------------------------------------------------------
     @asynccontextmanager
     async def subscription(self) -> AsyncIterator[Mailbox[str, Update[T]]]:
-        """A mailbox that receives every key that changes while the block runs (and, at
-        once, a `Changed` for every cached key); it stops receiving when the block ends."""
+        """A mailbox that receives every key that changes while the block runs and, before
+        the block starts, a `Changed` for every cached key; it stops receiving when the
+        block ends.
+
+        The first `Changed`s are put in steps of CHECKPOINT_EVERY keys. The mailbox is
+        registered first, so a key changed or deleted meanwhile gets its newest state (or
+        `Gone`), never an older one after it."""
         mailbox: Mailbox[str, Update[T]] = Mailbox()
-        for key, obj in self._cache.items():
-            mailbox.put(key, Changed(obj))
         self._subscribers.append(mailbox)
         try:
+            for done, key in enumerate(list(self._cache), 1):
+                obj = self._cache.get(key)  # the newest (the cache may have been relisted)
+                if obj is not None:  # else deleted meanwhile: its Gone is in the mailbox
+                    mailbox.put(key, Changed(obj))
+                if done % CHECKPOINT_EVERY == 0:
+                    await trio.lowlevel.checkpoint()
             yield mailbox
         finally:
             self._subscribers.remove(mailbox)
@@ -194,17 +241,23 @@ class Informer(Generic[T]):
         self._cache = fresh
         self.resource_version = page.metadata.resource_version
         self.last_activity = trio.current_time()
-        for key, last in old.items():
+        # Both loops yield now and then (module docstring); only this task writes the
+        # cache, so neither dict changes under them.
+        for done, (key, last) in enumerate(old.items(), 1):
             if key not in fresh:
                 self._notify(key, Gone(last))
-        for key, obj in fresh.items():
+            if done % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
+        for done, (key, obj) in enumerate(fresh.items(), 1):
             before = old.get(key)
             if before is not None:
                 share_unchanged(before, obj)  # one copy of what did not change
-            if before is None or (
-                before.metadata.resource_version != obj.metadata.resource_version
-            ):
+            if before is None:
                 self._notify(key, Changed(obj))
+            elif before.metadata.resource_version != obj.metadata.resource_version:
+                self._changed(key, before, obj)
+            if done % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
         if not self._synced.is_set():
             self._synced.set()
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
@@ -285,4 +338,15 @@ class Informer(Generic[T]):
             if before is not None:
                 share_unchanged(before, obj)  # a heartbeat costs a few small structs
             self._cache[key] = obj
+            if before is None:
+                self._notify(key, Changed(obj))
+            else:
+                self._changed(key, before, obj)
+
+    def _changed(self, key: str, before: T, obj: T) -> None:
+        """`obj` replaced `before` in the cache: tell the subscribers, unless only the
+        resourceVersion moved (module docstring)."""
+        if same_but_version(before, obj):
+            self.unchanged += 1
+        else:
             self._notify(key, Changed(obj))

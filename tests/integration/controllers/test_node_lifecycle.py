@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import structlog
 import trio
 import trio.testing
 
@@ -190,3 +191,106 @@ async def test_cloud_errors_never_delete(autojump_clock: trio.testing.MockClock)
             (t, "ListInstances") for t in (5.0, 10.0, 15.0)
         ]
         assert {c.status for c in world.cloud.calls_by("instances")} == {500}
+
+
+def examined(logs: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """Per monitoring pass, in order: (Nodes looked at, of which not Ready)."""
+    return [(e["examined"], e["not_ready"]) for e in logs if e["event"] == "lifecycle.monitored"]
+
+
+def listed(world: World) -> list[tuple[float, str]]:
+    """The instances listings, with the Nodes each named."""
+    return [(c.time, c.target) for c in world.cloud.calls_by("instances")]
+
+
+async def test_a_pass_looks_only_at_nodes_that_need_a_look(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ready Nodes without the shutdown taint are not looked at; a Ready one with the taint
+    is until the taint is gone; a NotReady one at every pass."""
+    async with open_world() as world:
+        for name in ("down", "ready-a", "ready-b", "tainted"):
+            world.cloud.add_instance(name)
+        world.register("ready-a", taints=[])
+        world.register("ready-b", taints=[])
+        world.register("tainted", taints=[{"key": SHUTDOWN, "effect": "NoSchedule"}])
+        world.register("down", taints=[], ready="False")
+        with structlog.testing.capture_logs() as logs, trio.fail_after(30):
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S):
+                await trio.sleep_until(7)
+        assert examined(logs) == [(2, 1), (1, 1)]
+        assert world.taint_keys("tainted") == []
+        # The monitor asks about `down` only; the address sync (t=0) lists every Node.
+        assert sorted(listed(world)) == [
+            (0.0, "names=down"),
+            (0.0, "names=down,ready-a,ready-b,tainted"),
+            (5.0, "names=down"),
+        ]
+
+
+async def test_nodes_are_looked_at_while_they_need_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Node that turns NotReady is looked at from the next pass; one deleted, or Ready
+    again, no longer is."""
+    async with open_world() as world:
+        for name in ("n1", "n2"):
+            world.cloud.add_instance(name)
+        world.register("n1", taints=[])
+        world.register("n2", taints=[], ready="False")
+        with structlog.testing.capture_logs() as logs, trio.fail_after(30):
+            async with world.running(NODE_CONTROLLERS, MONITOR_5S):
+                await trio.sleep_until(1)
+                await world.set_ready("n1", "False")
+                (await world.http.delete("/api/v1/nodes/n2")).raise_for_status()
+                await trio.sleep_until(6)
+                await world.set_ready("n1", "True")
+                await trio.sleep_until(12)
+        assert examined(logs) == [(1, 1), (1, 1), (0, 0)]
+        assert [c for c in listed(world) if c[1] != "names=n1,n2"] == [
+            (0.0, "names=n2"),
+            (5.0, "names=n1"),
+        ]
+
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"
+
+
+async def test_a_new_term_looks_at_every_node_that_needs_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """After the Lease is lost and won again, the first pass of the new term looks at every
+    Node that needs it, including those that changed while the replica did not lead."""
+    async with open_world() as world:
+        for name in ("n1", "n2", "n3"):
+            world.cloud.add_instance(name)
+        world.register("n1", taints=[], ready="False")
+        world.register("n2", taints=[])
+        world.register("n3", taints=[], ready="Unknown")
+
+        async def holder(identity: str) -> None:
+            patch = {"spec": {"holderIdentity": identity}}
+            response = await world.http.patch(
+                LEASE_PATH,
+                json=patch,
+                headers={"content-type": "application/merge-patch+json"},
+            )
+            response.raise_for_status()
+
+        with structlog.testing.capture_logs() as logs, trio.fail_after(60):
+            async with world.running(
+                NODE_CONTROLLERS, MONITOR_5S, "--leader-elect=true"
+            ) as serving:
+                await trio.sleep_until(1)
+                await holder("intruder")
+                await serving.wait_leading(False)
+                await world.set_ready("n1", "True")
+                await world.set_ready("n2", "False")
+                await holder("")
+                await serving.wait_leading()
+                restarted = trio.current_time()
+                await trio.sleep(1)
+                assert serving.leadership_starts == 2
+        assert examined(logs) == [(2, 2), (2, 2)]
+        monitor = [c for c in listed(world) if c[1] != "names=n1,n2,n3"]
+        assert monitor == [(0.0, "names=n1,n3"), (restarted, "names=n2,n3")]
