@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -17,7 +18,7 @@ from trio_ccm.kube.objects import (
     share_unchanged,
 )
 
-NODE = {
+NODE: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Node",
     "metadata": {
