@@ -583,10 +583,13 @@ class _Term:
         views stale: they are rebuilt when a load balancer next needs them."""
         node = self.ctx.nodes.get(name)
         if node is None or not stable_node(node):
+            self.infos.pop(name, None)  # its view is built afresh if it comes back
             return members.pop(name, None) is not None
-        if not self.views_stale:
-            cached = self.infos.get(name)
-            if cached is not None and cached != node_info(node):
+        cached = self.infos.get(name)
+        if cached is not None:
+            view = node_info(node)
+            if view != cached:
+                self.infos[name] = view  # read by the next refresh
                 self.views_stale = True
         before = members.get(name)
         members[name] = node.spec.provider_id
@@ -620,9 +623,11 @@ class _Term:
             await paced.step()
             if not stable_node(node):
                 continue
-            view = node_info(node)
-            cached = self.infos.get(view.name)
-            infos[view.name] = cached if cached == view else view  # the old one: less churn
+            # Every change of a view reaches `_noted` (the informer delivers all but bare
+            # resourceVersion moves), which keeps `self.infos` current: only new Nodes'
+            # views are built here.
+            name = node.metadata.name
+            infos[name] = self.infos.get(name) or node_info(node)
         views = tuple(view for _, view in sorted(infos.items()))
         self.infos = infos
         self.views_stale = False
