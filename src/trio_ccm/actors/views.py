@@ -28,7 +28,7 @@ def node_info(node: Node) -> NodeInfo:
 
 def node_addresses(node: Node) -> tuple[NodeAddress, ...]:
     """The Node's status.addresses as providers' values, in order."""
-    return tuple(NodeAddress(a.type, a.address) for a in node.status.addresses)
+    return node.status.addresses  # the cached Node's own (one NodeAddress class for both)
 
 
 def _ref(obj: Node | Service, resource: Resource) -> ObjectRef:

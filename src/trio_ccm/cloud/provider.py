@@ -38,6 +38,7 @@ from typing import Final, Protocol, runtime_checkable
 import msgspec
 
 from trio_ccm.errors import CcmError, RetryAfter
+from trio_ccm.values import NodeAddress  # public here (one class with the kube cache's)
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -125,18 +126,11 @@ class ThrottledError(CcmError):
 
 
 # -- values ------------------------------------------------------------------------------
-# NodeAddress and NodeInfo are kept for every Node (the service-lb-controller's views, a
-# bulk lookup's arguments): frozen msgspec Structs with gc=False (they hold no cycles), so
-# 100,000 of them neither carry a garbage-collector header nor make each full collection
-# walk them. Built, compared, hashed and read like frozen dataclasses;
-# `msgspec.structs.replace` copies one with changes.
-class NodeAddress(msgspec.Struct, frozen=True, gc=False):
-    """One address of a Node: `type` is one of ADDRESS_TYPES."""
-
-    type: str
-    address: str
-
-
+# NodeInfo (and NodeAddress, trio_ccm.values) are kept for every Node (the
+# service-lb-controller's views, a bulk lookup's arguments): frozen msgspec Structs with
+# gc=False (they hold no cycles), so 100,000 of them neither carry a garbage-collector
+# header nor make each full collection walk them. Built, compared, hashed and read like
+# frozen dataclasses; `msgspec.structs.replace` copies one with changes.
 class NodeInfo(msgspec.Struct, frozen=True, gc=False):
     """A read-only view of a Node, as providers see it."""
 

@@ -25,6 +25,7 @@ from trio_ccm.kube.wellknown import (
     CONDITION_NETWORK_UNAVAILABLE,
     CONDITION_READY,
 )
+from trio_ccm.values import NodeAddress
 
 T = TypeVar("T")
 
@@ -200,14 +201,6 @@ class NodeSpec(_Base, frozen=True, gc=False):
     def __post_init__(self) -> None:
         if self.pod_cidrs and self.pod_cidr == self.pod_cidrs[0]:  # one string for both
             force_setattr(self, "pod_cidr", self.pod_cidrs[0])
-
-
-class NodeAddress(_Base, frozen=True, gc=False):
-    type: str = ""
-    address: str = ""
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "type", _intern(self.type))  # the address is the Node's own
 
 
 class Condition(_Base, frozen=True, gc=False):
