@@ -187,9 +187,9 @@ class _Term:
         # refusal Warning was given for. Seeded from the cache, kept by `sync`, dropped by
         # `forget`.
         self.provider_ids: dict[str, str] = {}
-        # Nodes per provider ID: almost always one, so a tuple (a set would cost 216 bytes
-        # per Node, which adds up at 100,000 Nodes).
-        self.claims: dict[str, tuple[str, ...]] = {}
+        # Nodes per provider ID: almost always one, so its name itself, else a tuple of
+        # names (a set would cost 216 bytes per Node, a 1-tuple 48: at 100,000 Nodes...).
+        self.claims: dict[str, str | tuple[str, ...]] = {}
         self.refused: dict[str, str] = {}
         for node in ctx.nodes.items():
             self.note(node)
@@ -200,16 +200,21 @@ class _Term:
         if provider_id and self.provider_ids.get(name) != provider_id:
             self.forget_claim(name)
             self.provider_ids[name] = provider_id
-            owners = self.claims.get(provider_id, ())
+            owners = self.owners(provider_id)
             if name not in owners:
-                self.claims[provider_id] = (*owners, name)
+                self.claims[provider_id] = (*owners, name) if owners else name
+
+    def owners(self, provider_id: str) -> tuple[str, ...]:
+        """The Nodes that claim `provider_id`."""
+        claim = self.claims.get(provider_id, ())
+        return (claim,) if isinstance(claim, str) else claim
 
     def forget_claim(self, name: str) -> None:
         provider_id = self.provider_ids.pop(name, None)
         if provider_id is not None:
-            owners = tuple(n for n in self.claims.get(provider_id, ()) if n != name)
+            owners = tuple(n for n in self.owners(provider_id) if n != name)
             if owners:
-                self.claims[provider_id] = owners
+                self.claims[provider_id] = owners if len(owners) > 1 else owners[0]
             else:
                 self.claims.pop(provider_id, None)
 
@@ -355,7 +360,7 @@ class _Term:
         """Another Node that keeps `provider_id`'s instance from this one: one already
         initialised, or an older uninitialised one."""
         mine = (node.metadata.creation_timestamp, node.metadata.name)
-        for other_name in sorted(set(self.claims.get(provider_id, ())) - {node.metadata.name}):
+        for other_name in sorted(set(self.owners(provider_id)) - {node.metadata.name}):
             other = self.ctx.nodes.get(other_name)
             if other is None or other.metadata.deletion_timestamp:
                 continue

@@ -354,7 +354,7 @@ class ServiceLbController(Controller):
         lbs = ctx.cloud.load_balancers
         assert lbs is not None  # requires() said so
         term = _Term(ctx, lbs, self.metrics)
-        await term.refresh_backends()
+        await term.load_views()
         term.actors = ctx.keyed(
             term.sync,
             limiter=trio.CapacityLimiter(
@@ -416,7 +416,7 @@ class _Term:
         self.deferred: OrderedDict[str, None] = OrderedDict()  # to re-verify gently, in order
         self.deferred_added = Wake()
         self.node_pass: _NodeSyncPass | None = None
-        self.infos: dict[str, NodeInfo] = {}  # stable Node -> its view in `backends`
+        self.infos: dict[str, NodeInfo] = {}  # stable Node -> its view, kept by `_noted`
         self.views_stale = False  # a stable Node's view changed since `backends` was built
         self.backends = _Backends(self.node_set(()), ())  # `start` reads the Nodes
 
@@ -525,19 +525,17 @@ class _Term:
         first. Readiness, heartbeats and labels other than the exclusion label are no
         change (upstream's predicates).
 
-        The set is kept as it changes, one Node per notification (its membership: the
-        provider ID of a stable Node, or absent), so the steady stream of heartbeats of a
-        large cluster costs a dict lookup each; the Nodes are read again (sorted, their
-        views rebuilt where they changed) only once a change has settled."""
+        The views (`self.infos`, one per stable Node) are kept as the Nodes change, one
+        Node per notification (heartbeats are none: the informer does not deliver them);
+        the set is compared, and the views sorted, only once a change has settled."""
         current = self.backends.node_set
-        members = self.members(self.backends)
         paced = Paced()  # a subscription starts with every Node: 100,000 of them, say
         while True:
             key, _ = await mailbox.get()
-            moved = self._noted(members, key)
+            moved = self._noted(key)
             while len(mailbox):  # already in the cache too: part of the set as it is now
                 key, _ = mailbox.get_nowait()
-                moved = self._noted(members, key) or moved
+                moved = self._noted(key) or moved
                 await paced.step()
             if not moved:
                 continue
@@ -547,12 +545,11 @@ class _Term:
                 moved = False
                 while len(mailbox):
                     key, _ = mailbox.get_nowait()
-                    moved = self._noted(members, key) or moved
+                    moved = self._noted(key) or moved
                     await paced.step()
                 if not moved:
                     break
             backends = await self.refresh_backends()
-            members = self.members(backends)
             if backends.node_set == current:
                 continue
             current = backends.node_set
@@ -577,23 +574,24 @@ class _Term:
                     self.deferred.pop(key, None)
                     self.send(key, Changed(service))
 
-    def _noted(self, members: dict[str, str], name: str) -> bool:
-        """Bring Node `name`'s membership in `members` up to date; whether it changed. A
-        change of its providers' view alone (addresses, labels, readiness) only marks the
-        views stale: they are rebuilt when a load balancer next needs them."""
+    def _noted(self, name: str) -> bool:
+        """Bring Node `name`'s view in `self.infos` up to date; whether the node set (its
+        names and provider IDs) changed. A change of a view alone (addresses, labels,
+        readiness) only marks the backends stale: re-sorted when a load balancer next
+        needs them."""
         node = self.ctx.nodes.get(name)
         if node is None or not stable_node(node):
-            self.infos.pop(name, None)  # its view is built afresh if it comes back
-            return members.pop(name, None) is not None
+            if self.infos.pop(name, None) is None:
+                return False
+            self.views_stale = True
+            return True
+        view = node_info(node)
         cached = self.infos.get(name)
-        if cached is not None:
-            view = node_info(node)
-            if view != cached:
-                self.infos[name] = view  # read by the next refresh
-                self.views_stale = True
-        before = members.get(name)
-        members[name] = node.spec.provider_id
-        return before != node.spec.provider_id
+        if cached == view:
+            return False
+        self.infos[name] = view
+        self.views_stale = True
+        return cached is None or cached.provider_id != view.provider_id
 
     async def current_backends(self) -> _Backends:
         """The backends, their views rebuilt first if a Node's view changed meanwhile."""
@@ -609,27 +607,21 @@ class _Term:
             digest.update(f"{info.name}\t{info.provider_id}\n".encode())
         return digest.digest()
 
-    @staticmethod
-    def members(backends: _Backends) -> dict[str, str]:
-        """The node set as `watch_nodes` keeps it: Node name -> provider ID."""
-        return {info.name: info.provider_id for info in backends.infos}
-
-    async def refresh_backends(self) -> _Backends:
-        """Read the stable Nodes again; a Node's view is rebuilt only if it changed. Paced:
-        at 100,000 Nodes this is seconds of work, which must not hold up other tasks."""
+    async def load_views(self) -> None:
+        """A term's first views: every stable Node in the cache (paced: at 100,000 Nodes
+        this is a second of work, which must not hold up other tasks)."""
         paced = Paced()
-        infos: dict[str, NodeInfo] = {}
         for node in self.ctx.nodes.items():  # a copy: the cache may change as we yield
             await paced.step()
-            if not stable_node(node):
-                continue
-            # Every change of a view reaches `_noted` (the informer delivers all but bare
-            # resourceVersion moves), which keeps `self.infos` current: only new Nodes'
-            # views are built here.
-            name = node.metadata.name
-            infos[name] = self.infos.get(name) or node_info(node)
-        views = tuple(view for _, view in sorted(infos.items()))
-        self.infos = infos
+            if stable_node(node):
+                self.infos[node.metadata.name] = node_info(node)
+        await self.refresh_backends()
+
+    async def refresh_backends(self) -> _Backends:
+        """The backends from the views `_noted` keeps (every change of a Node's view
+        reaches it: the informer delivers all but bare resourceVersion moves)."""
+        views = tuple(view for _, view in sorted(self.infos.items()))
+        await trio.lowlevel.checkpoint()
         self.views_stale = False
         self.backends = _Backends(self.node_set(views), views)
         return self.backends
