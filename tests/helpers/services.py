@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from tests.helpers.world import World
+from trio_ccm.cloud import LoadBalancers
+from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.testing import lb_name, wait_for
 
 FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
@@ -61,3 +63,17 @@ async def wait_converged(
     """Wait (the caller bounds it) until every Service has converged. `poll_s` only decides
     how soon the wait notices: read the times from the records."""
     await wait_for(lambda: not unconverged(world, names, nodes), poll_s=poll_s)
+
+
+class SimWithLoadBalancers:
+    """A provider with the sim provider's instances and a test's own load balancers (as a
+    third-party provider would be put together)."""
+
+    def __init__(self, sim: SimProvider, lbs: LoadBalancers) -> None:
+        self.name = sim.name
+        self.instances = sim.instances
+        self.load_balancers = lbs
+        self.routes = None
+
+    async def initialize(self) -> None:
+        return None

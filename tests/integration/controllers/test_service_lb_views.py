@@ -10,6 +10,7 @@ import httpx
 import trio
 import trio.testing
 
+from tests.helpers.services import SimWithLoadBalancers
 from trio_ccm.cloud import LoadBalancerIngress, LoadBalancerStatus, NodeInfo, ServiceInfo
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube.wellknown import LABEL_EXCLUDE_FROM_LB
@@ -50,19 +51,6 @@ class RecordingLoadBalancers:
         return self.seen[-1]
 
 
-class Provider:
-    """The sim provider's instances, recording load balancers."""
-
-    def __init__(self, sim: SimProvider, lbs: RecordingLoadBalancers) -> None:
-        self.name = sim.name
-        self.instances = sim.instances
-        self.load_balancers = lbs
-        self.routes = None
-
-    async def initialize(self) -> None:
-        return None
-
-
 async def patch(api: ApiServer, path: str, body: dict[str, Any]) -> None:
     async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as http:
         response = await http.patch(
@@ -84,7 +72,9 @@ async def test_a_changed_node_label_reaches_the_next_ensure(
     lbs = RecordingLoadBalancers()
     sim = SimProvider(url="http://sim", replica="ccm", transport=cloud.transport())
     with trio.fail_after(300):
-        async with run_ccm(api, Provider(sim, lbs), "--controllers=service-lb-controller"):
+        async with run_ccm(
+            api, SimWithLoadBalancers(sim, lbs), "--controllers=service-lb-controller"
+        ):
             first = await lbs.next_ensure()
             assert {n: v.labels.get("team") for n, v in first.items()} == {
                 "node-a": "red",

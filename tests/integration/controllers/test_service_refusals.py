@@ -12,9 +12,9 @@ import trio
 import trio.testing
 from structlog.testing import capture_logs
 
+from tests.helpers.services import SimWithLoadBalancers
 from trio_ccm.cloud import (
     LoadBalancerIngress,
-    LoadBalancers,
     LoadBalancerStatus,
     NodeInfo,
     ServiceInfo,
@@ -54,19 +54,6 @@ class FixedAddressLoadBalancers:
         return None
 
 
-class Provider:
-    """The sim provider's instances, our load balancers."""
-
-    def __init__(self, sim: SimProvider, lbs: LoadBalancers) -> None:
-        self.name = sim.name
-        self.instances = sim.instances
-        self.load_balancers = lbs
-        self.routes = None
-
-    async def initialize(self) -> None:
-        return None
-
-
 async def events_for(api: ApiServer, name: str) -> list[dict[str, Any]]:
     async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as http:
         items: list[dict[str, Any]] = (await http.get("/api/v1/events")).json()["items"]
@@ -85,7 +72,9 @@ async def test_an_ingress_of_the_wrong_family_is_not_written(
     lbs = FixedAddressLoadBalancers()
     sim = SimProvider(url="http://sim", replica="ccm", transport=cloud.transport())
     with trio.fail_after(700):
-        async with run_ccm(api, Provider(sim, lbs), "--controllers=service-lb-controller"):
+        async with run_ccm(
+            api, SimWithLoadBalancers(sim, lbs), "--controllers=service-lb-controller"
+        ):
             await trio.sleep(600)
     await sim.aclose()
     assert lbs.ensured == [(0.0, "default/v6")]
@@ -111,7 +100,9 @@ async def test_a_refusal_is_one_warning_and_one_log_line_without_a_traceback(
     lbs = FixedAddressLoadBalancers()
     sim = SimProvider(url="http://sim", replica="ccm", transport=cloud.transport())
     with capture_logs() as logs, trio.fail_after(900):
-        async with run_ccm(api, Provider(sim, lbs), "--controllers=service-lb-controller"):
+        async with run_ccm(
+            api, SimWithLoadBalancers(sim, lbs), "--controllers=service-lb-controller"
+        ):
             await trio.sleep(600)
             async with httpx.AsyncClient(
                 transport=api.transport(), base_url="http://emulator"
