@@ -13,7 +13,7 @@ taint keys) interned, so each is held once. Read a Node with `KubeClient.get` fo
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -111,9 +111,10 @@ class NodeLabels(msgspec.Struct, frozen=True, gc=False):
     label keys. 32 bytes plus the values' tuple, against about 460 for a dict of the eleven
     labels a kubelet sets (46 MB at 100,000 Nodes). Build with `NodeLabels.of(mapping)`."""
 
-    index: dict[str, int]
-    """Key -> position in `values`; shared: never mutate."""
-    values: tuple[str, ...]
+    positions: dict[str, int]
+    """Key -> position in `texts`; shared: never mutate."""
+    texts: tuple[str, ...]
+    """The values, in the order of `positions` (not `values`: that is Mapping's method)."""
 
     @classmethod
     def of(cls, labels: Mapping[str, str], *, own: str = "") -> NodeLabels:
@@ -129,36 +130,44 @@ class NodeLabels(msgspec.Struct, frozen=True, gc=False):
         return cls(index, tuple(own if v == own else _intern(v) for v in labels.values()))
 
     def __getitem__(self, key: str) -> str:
-        return self.values[self.index[key]]
+        return self.texts[self.positions[key]]
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        i = self.index.get(key)
-        return default if i is None else self.values[i]
+        i = self.positions.get(key)
+        return default if i is None else self.texts[i]
 
     def __contains__(self, key: object) -> bool:
-        return key in self.index
+        return key in self.positions
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.index)
+        return iter(self.positions)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.texts)
 
-    def keys(self) -> Iterator[str]:
-        return iter(self.index)
+    def keys(self) -> KeysView[str]:
+        return KeysView(self)
 
-    def items(self) -> Iterator[tuple[str, str]]:
-        return zip(self.index, self.values, strict=True)
+    def items(self) -> ItemsView[str, str]:
+        return ItemsView(self)
+
+    def values(self) -> ValuesView[str]:
+        return ValuesView(self)
+
+    def _pairs(self) -> dict[str, str]:
+        return dict(zip(self.positions, self.texts, strict=True))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, NodeLabels) and other.index is self.index:
-            return self.values == other.values
-        if isinstance(other, (NodeLabels, Mapping)):
-            return dict(self.items()) == dict(other.items())
+        if isinstance(other, NodeLabels):
+            if other.positions is self.positions:
+                return self.texts == other.texts
+            return self._pairs() == other._pairs()
+        if isinstance(other, Mapping):
+            return self._pairs() == dict(other.items())
         return NotImplemented
 
     def __repr__(self) -> str:
-        return repr(dict(self.items()))
+        return repr(self._pairs())
 
 
 Mapping.register(NodeLabels)

@@ -176,7 +176,11 @@ def test_node_labels_read_like_a_dict_and_share_their_keys() -> None:
     assert len(labels) == 2
     assert list(labels.items()) == list(NODE["metadata"]["labels"].items())
     assert repr(labels) == repr(NODE["metadata"]["labels"])
-    assert two.metadata.labels.index is labels.index
+    assert isinstance(two.metadata.labels, NodeLabels)
+    assert two.metadata.labels.positions is labels.positions
+    assert list(labels.keys()) == list(NODE["metadata"]["labels"])
+    assert list(labels.values()) == list(NODE["metadata"]["labels"].values())
+    assert labels.items() == NODE["metadata"]["labels"].items()
     assert two.metadata.labels != labels
     assert one.metadata.annotations == {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"}
     assert _decode({"metadata": {"name": "bare"}}).metadata.labels == {}
