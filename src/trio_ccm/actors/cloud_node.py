@@ -38,7 +38,7 @@ from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
-from trio_ccm.actors.passes import Paced, serve_passes
+from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
 from trio_ccm.cloud.provider import (
     CloudProvider,
@@ -70,6 +70,7 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox
+from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["CloudNodeController", "NodeMetrics"]

@@ -25,7 +25,6 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable, Mapping
 
 import trio
@@ -54,6 +53,7 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox
+from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["NodeLifecycleController", "needs_look"]
@@ -120,7 +120,8 @@ class _Term:
     async def take_updates(self) -> None:
         """Bring `watched` up to date with the Nodes changed since the last pass (every
         cached Node at the first pass of a term), yielding now and then."""
-        for taken in itertools.count(1):
+        paced = Paced(CHECKPOINT_EVERY)
+        while True:
             try:
                 name, update = self.updates.get_nowait()
             except trio.WouldBlock:
@@ -129,8 +130,7 @@ class _Term:
                 self.watched[name] = None
             else:
                 self.watched.pop(name, None)
-            if taken % CHECKPOINT_EVERY == 0:
-                await trio.lowlevel.checkpoint()
+            await paced.step()
 
     async def monitor(self) -> None:
         """One pass: Ready Nodes lose the shutdown taint; the others are asked about."""

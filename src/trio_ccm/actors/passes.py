@@ -18,9 +18,8 @@
 
 Times are Trio's (`trio.current_time`), so everything runs under `MockClock`.
 
-A pass over every Node is O(N) work on the one Trio thread: at 100,000 Nodes, seconds in a
-single step would hold up everything else, the Lease's renewals included. `Paced` lets such
-a loop yield to the other tasks every `PACE_ITEMS` items.
+A pass over every Node is O(N) work on the one Trio thread: such a pass steps a
+`trio_ccm.pacing.Paced` once per Node, so that it yields to the other tasks now and then.
 """
 
 from __future__ import annotations
@@ -32,30 +31,9 @@ import trio
 
 from trio_ccm.logs import get_logger
 
-__all__ = ["PACE_ITEMS", "Paced", "Wake", "serve_passes"]
+__all__ = ["Wake", "serve_passes"]
 
 log = get_logger("trio_ccm.actors.passes")
-
-
-PACE_ITEMS = 500
-"""Items a paced loop handles between yields (a few ms of work each time)."""
-
-
-class Paced:
-    """`await paced.step()` once per item of a long loop: every `every` items it yields to
-    the other tasks (a checkpoint: also where the loop can be cancelled)."""
-
-    __slots__ = ("_left", "every")
-
-    def __init__(self, every: int = PACE_ITEMS) -> None:
-        self.every = every
-        self._left = every
-
-    async def step(self) -> None:
-        self._left -= 1
-        if self._left <= 0:
-            self._left = self.every
-            await trio.lowlevel.checkpoint()
 
 
 class Wake:

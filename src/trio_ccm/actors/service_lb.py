@@ -46,7 +46,7 @@ import trio
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
-from trio_ccm.actors.passes import Paced, Wake, serve_passes
+from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
@@ -97,6 +97,7 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox, MailboxReader
+from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["ServiceLbController", "ServiceMetrics", "stable_node", "wants_load_balancer"]
@@ -418,7 +419,7 @@ class _Term:
         self.node_pass: _NodeSyncPass | None = None
         self.infos: dict[str, NodeInfo] = {}  # stable Node -> its view, kept by `_noted`
         self.views_stale = False  # a stable Node's view changed since `backends` was built
-        self.backends = _Backends(self.node_set(()), ())  # `start` reads the Nodes
+        self.backends = _Backends(self.node_set(()), ())  # `load_views` reads the Nodes
 
     def record(self, key: str) -> _Record:
         found = self.records.get(key)

@@ -46,6 +46,7 @@ from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeErr
 from trio_ccm.kube.objects import Object, Resource, WatchEvent, share_unchanged
 from trio_ccm.logs import get_logger
 from trio_ccm.mailbox import Mailbox
+from trio_ccm.pacing import Paced
 
 T = TypeVar("T", bound=Object)
 log = get_logger("trio_ccm.kube.informer")
@@ -164,12 +165,12 @@ class Informer(Generic[T]):
         mailbox: Mailbox[str, Update[T]] = Mailbox()
         self._subscribers.append(mailbox)
         try:
-            for done, key in enumerate(list(self._cache), 1):
+            paced = Paced(CHECKPOINT_EVERY)
+            for key in list(self._cache):
                 obj = self._cache.get(key)  # the newest (the cache may have been relisted)
                 if obj is not None:  # else deleted meanwhile: its Gone is in the mailbox
                     mailbox.put(key, Changed(obj))
-                if done % CHECKPOINT_EVERY == 0:
-                    await trio.lowlevel.checkpoint()
+                await paced.step()
             yield mailbox
         finally:
             self._subscribers.remove(mailbox)
@@ -243,12 +244,13 @@ class Informer(Generic[T]):
         self.last_activity = trio.current_time()
         # Both loops yield now and then (module docstring); only this task writes the
         # cache, so neither dict changes under them.
-        for done, (key, last) in enumerate(old.items(), 1):
+        paced = Paced(CHECKPOINT_EVERY)
+        for key, last in old.items():
             if key not in fresh:
                 self._notify(key, Gone(last))
-            if done % CHECKPOINT_EVERY == 0:
-                await trio.lowlevel.checkpoint()
-        for done, (key, obj) in enumerate(fresh.items(), 1):
+            await paced.step()
+        paced = Paced(CHECKPOINT_EVERY)
+        for key, obj in fresh.items():
             before = old.get(key)
             if before is not None:
                 share_unchanged(before, obj)  # one copy of what did not change
@@ -256,8 +258,7 @@ class Informer(Generic[T]):
                 self._notify(key, Changed(obj))
             elif before.metadata.resource_version != obj.metadata.resource_version:
                 self._changed(key, before, obj)
-            if done % CHECKPOINT_EVERY == 0:
-                await trio.lowlevel.checkpoint()
+            await paced.step()
         if not self._synced.is_set():
             self._synced.set()
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
