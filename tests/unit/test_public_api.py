@@ -46,6 +46,7 @@ SURFACE = [
             "LoadBalancers",
             "NodeAddress",
             "NodeInfo",
+            "OutcomeUnknownError",
             "OwnedLoadBalancer",
             "PortStatus",
             "RetryAfter",

@@ -125,6 +125,22 @@ class ThrottledError(CcmError):
         self.retry_after_s = retry_after_s
 
 
+class OutcomeUnknownError(CcmError):
+    """A mutating cloud call was sent but its outcome is unknown: it timed out, lost its
+    connection after the request was written, or got a 5xx after sending. The cloud may still
+    apply it, later than any retry. Providers raise it (``from`` the transport error) instead
+    of a plain failure so that controllers stop trusting their record of what is applied;
+    a failure before sending (connect error) or a 4xx is a clean failure, not this.
+
+    `late_landing_s` is how long after the call's start the provider knows the cloud may
+    still apply it (its timeout plus the cloud's queueing margin), when it knows.
+    """
+
+    def __init__(self, message: str = "", *, late_landing_s: float | None = None) -> None:
+        super().__init__(message or "the cloud call was sent; its outcome is unknown")
+        self.late_landing_s = late_landing_s
+
+
 # -- values ------------------------------------------------------------------------------
 # NodeInfo (and NodeAddress, trio_ccm.values) are kept for every Node (the
 # service-lb-controller's views, a bulk lookup's arguments): frozen msgspec Structs with
