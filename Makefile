@@ -7,24 +7,28 @@ RUNTIME_STAMP := $(VENV)/.runtime-stamp
 
 .PHONY: install lint types imports test unit bench clean demo
 
-$(STAMP): pyproject.toml
+# Two distributions from this repository, both editable: trio-ccm (src/) and its test world
+# trio-ccm-testbed (testbed/), which the `testing` extra names. `-e .` beside `-e '.[test]'`:
+# pip's resolver finds the local trio-ccm for trio-ccm-testbed's own requirement only when
+# it is also given without extras.
+$(STAMP): pyproject.toml testbed/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ./testbed -e . -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# The demo needs trio-ccm, its runtime dependencies and the test tooling's (the `testing`
-# extra), not the test extra (about 20 s less from a clean clone); with the test extra
-# installed this is a no-op install.
-$(RUNTIME_STAMP): pyproject.toml
+# The demo needs trio-ccm, its runtime dependencies and the test world (the `testing`
+# extra: trio-ccm-testbed), not the test extra (about 20 s less from a clean clone); with
+# the test extra installed this is a no-op install.
+$(RUNTIME_STAMP): pyproject.toml testbed/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[testing]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ./testbed -e . -e '.[testing]'
 	touch $(RUNTIME_STAMP)
 
 lint: install
-	$(BIN)/ruff check src tests bench tools
-	$(BIN)/ruff format --check src tests bench tools
+	$(BIN)/ruff check src testbed tests bench tools
+	$(BIN)/ruff format --check src testbed tests bench tools
 
 types: install
 	$(BIN)/mypy

@@ -47,7 +47,7 @@ import trio.testing
 from _common import print_figures, quiet_logging
 from trio_ccm.actors.backoff import service_backoff
 from trio_ccm.actors.keyed import KeyedActors
-from trio_ccm.mailbox import Mailbox
+from trio_ccm.base.mailbox import Mailbox
 
 LIMIT = 10  # --concurrent-service-syncs of a busy cluster
 DAY_S = 86_400.0

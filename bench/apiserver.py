@@ -46,7 +46,7 @@ import msgspec
 import trio
 
 from _common import cpu_seconds, print_figures
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 NODES_PATH = "/api/v1/nodes"
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}

@@ -75,15 +75,15 @@ import prometheus_client
 import trio
 
 from _common import machine_line, print_figures, quiet_logging
+from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
 from trio_ccm.cloud.aws.codec import Codec
 from trio_ccm.cloud.aws.credentials import AwsCredentials
-from trio_ccm.flags import parse_flags
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.aws import MotoServer, World
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.aws import MotoServer, World
 
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 FLAGS = (

@@ -23,7 +23,7 @@ at once:
   again 0.5-3 s later, as a Deployment would, under a new name.
 
 Then it quiesces (faults cleared, workload stopped, every replica running) and polls, over
-HTTP, until every invariant holds or `--converge-limit` runs out (`trio_ccm.testing.chaos.
+HTTP, until every invariant holds or `--converge-limit` runs out (`trio_ccm_testbed.chaos.
 find_problems`: no leaked, duplicate or missing load balancer; ports, backends, source
 ranges and ingress right; no missing or stranded finalizer; Nodes initialised, with pod
 CIDRs and routes, and no route to a gone Node). Last, the referee
@@ -45,7 +45,7 @@ none: the frozen leader renews again). `exit_s` is from the signal to the proces
 (for a double SIGTERM, from the second signal; one whose target exited before the second
 signal is not counted).
 
-**In-process mode** (`--in-process`): `--schedules` runs of `trio_ccm.testing.chaos.
+**In-process mode** (`--in-process`): `--schedules` runs of `trio_ccm_testbed.chaos.
 run_chaos` (seeds from `--seed` on, leases alternating short/default), each under
 `trio.testing.MockClock`: graceful and double shutdowns, kills, partitions and freezes of
 three in-process replicas; the same referee and invariants.
@@ -85,8 +85,6 @@ import structlog
 import trio
 import trio.testing
 
-from trio_ccm.testing.chaos import LEASES, ChaosConfig, Problem, find_problems, run_chaos
-from trio_ccm.testing.cloud import write_cloud_config
 from trio_ccm.testing.referee import (
     CloudWrite,
     LeaseWrite,
@@ -94,6 +92,8 @@ from trio_ccm.testing.referee import (
     lease_write_of,
     violations,
 )
+from trio_ccm_testbed.chaos import LEASES, ChaosConfig, Problem, find_problems, run_chaos
+from trio_ccm_testbed.cloud import write_cloud_config
 
 CLI: Final = (sys.executable, "-m", "trio_ccm")
 LEASE_PATH: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"

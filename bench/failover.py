@@ -62,7 +62,7 @@ from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.leader import JITTER_FACTOR, validate_timing
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 PROBE: Final = "failover-probe"
 LEASE: Final = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")

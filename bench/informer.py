@@ -71,16 +71,16 @@ from _common import print_figures, quiet_logging
 from apiserver import LABEL, make_node, node_name
 from trio_ccm.actors.controller import ControllerContext, ControllerSetup
 from trio_ccm.actors.node_lifecycle import NodeLifecycleController
+from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.events import EventRecorder
 from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
-from trio_ccm.mailbox import Mailbox
 from trio_ccm.settings import Settings
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud import SimCloud
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 NODES_PATH = "/api/v1/nodes"
 CHUNK_BYTES = 64 * 1024  # what httpcore asks the socket for per read

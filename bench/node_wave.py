@@ -80,8 +80,8 @@ from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube.events import utc_now
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud import SimCloud
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 TAINT: Final = "node.cloudprovider.kubernetes.io/uninitialized"
 EPOCH: Final = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
@@ -498,8 +498,8 @@ def go_formula_s(nodes: int, qps: float, burst: int, workers: int = 1) -> float:
 
 # -- profile -----------------------------------------------------------------------------------
 _PARTS: Final = (
-    ("trio_ccm/testing/apiserver/", "emulator (testing/apiserver)"),
-    ("trio_ccm/testing/cloud/", "sim cloud (testing/cloud)"),
+    ("trio_ccm_testbed/apiserver/", "emulator (trio_ccm_testbed/apiserver)"),
+    ("trio_ccm_testbed/cloud/", "sim cloud (trio_ccm_testbed/cloud)"),
     ("trio_ccm/kube/", "CCM kube client, informer, events (kube/)"),
     ("trio_ccm/cloud/", "CCM cloud provider, budget, batcher (cloud/)"),
     ("trio_ccm/actors/", "CCM controllers and actors (actors/, mailbox)"),

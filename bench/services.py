@@ -104,8 +104,8 @@ from trio_ccm.cloud.sim.instances import provider_id
 from trio_ccm.kube.events import utc_now
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud import SimCloud
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 EPOCH: Final = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
 LB_LATENCY_S: Final = 0.2

@@ -1,6 +1,6 @@
 """Transcribe the emulator's API schema table from upstream's Go API types.
 
-The emulator keeps ONE schema source, `src/trio_ccm/testing/apiserver/schema/*.json`: for
+The emulator keeps ONE schema source, `testbed/src/trio_ccm_testbed/apiserver/schema/*.json`: for
 every definition the served kinds reach, its description, its properties (JSON name, type,
 format, enum, list and map types, merge keys, whether required) and, per property, the
 protobuf field number and whether the Go field is a pointer. Its OpenAPI v2/v3 documents,
@@ -19,7 +19,7 @@ Usage (with the two repositories' git directories at hand, e.g. from `fetch`):
 
     python tools/kube_schema.py --api /path/kubernetes+api/repo \
         --apimachinery /path/kubernetes+apimachinery/repo --tag v0.33.9 \
-        --out src/trio_ccm/testing/apiserver/schema/kubernetes-1.33.json
+        --out testbed/src/trio_ccm_testbed/apiserver/schema/kubernetes-1.33.json
 """
 
 from __future__ import annotations

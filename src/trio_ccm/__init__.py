@@ -17,7 +17,7 @@ from trio_ccm.errors import CcmError, ConfigError, RetryAfter
 
 if TYPE_CHECKING:
     from trio_ccm.actors.controller import Controller, ControllerContext
-    from trio_ccm.flags import parse_flags
+    from trio_ccm.cli.flags import parse_flags
     from trio_ccm.logs import configure_logging
     from trio_ccm.settings import Settings
     from trio_ccm.supervisor import Serving, serve
@@ -42,7 +42,7 @@ _LAZY = {
     "Serving": "trio_ccm.supervisor",
     "configure_logging": "trio_ccm.logs",
     "Settings": "trio_ccm.settings",
-    "parse_flags": "trio_ccm.flags",
+    "parse_flags": "trio_ccm.cli.flags",
     "serve": "trio_ccm.supervisor",
 }
 

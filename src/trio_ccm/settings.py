@@ -4,7 +4,7 @@
 upstream's defaults (ours where noted). Building one validates it: a `FlagError` lists
 every bad field by the flag that sets it (`flag_of`), with a value range for every number
 and duration, so a bad value is refused when it is given rather than when it is used.
-`trio_ccm.flags` turns a Go-style command line into Settings; docs/operations.md is the
+`trio_ccm.cli.flags` turns a Go-style command line into Settings; docs/operations.md is the
 operator's reference.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from trio_ccm.base.govalues import format_duration
 from trio_ccm.errors import ConfigError
-from trio_ccm.govalues import format_duration
 
 __all__ = [
     "CLOUD_RATE_FAMILIES",

@@ -59,21 +59,21 @@ import trio
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.keyed import GracefulCancelScope, KeyedActors
+from trio_ccm.base.observable import AsyncValue
 from trio_ccm.cloud.batching import MetadataBatcher
 from trio_ccm.cloud.budget import CloudBudget, Rate
 from trio_ccm.cloud.provider import CloudProvider, bulk_instances
 from trio_ccm.errors import ConfigError, NotLeadingError
-from trio_ccm.http import Check, Endpoints, serve_http
+from trio_ccm.health import Check, Endpoints, serve_http
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, load_config
 from trio_ccm.kube.events import EventRecorder, utc_now
 from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.leader import Clock, LeaderElector, default_identity
+from trio_ccm.kube.metrics import ClientMetrics, LeaderMetrics
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.logs import get_logger
-from trio_ccm.metrics import ClientMetrics, LeaderMetrics
-from trio_ccm.observable import AsyncValue
 from trio_ccm.settings import Settings
 
 __all__ = ["GRACE_S", "Serving", "resolve_controllers", "serve"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.aws import CLUSTER_ID, Cluster, open_cluster, open_provider
 from trio_ccm.cloud.aws import AwsProvider
-from trio_ccm.testing.aws import MotoServer, World
+from trio_ccm_testbed.aws import MotoServer, World
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import trio
 from tests.helpers.aws import CLUSTER_ID, open_provider
 from trio_ccm.cloud.aws import IAM_ACTIONS, AwsError
 from trio_ccm.cloud.provider import BulkInstances, NodeInfo, Route
-from trio_ccm.testing.aws import StaticKeys, World
+from trio_ccm_testbed.aws import StaticKeys, World
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "aws.md"
 

@@ -16,7 +16,7 @@ from trio_ccm.cloud.aws.config import parse_cloud_config
 from trio_ccm.cloud.aws.credentials import AwsCredentials, RefreshingCredentials, StaticSource
 from trio_ccm.cloud.provider import ThrottledError
 from trio_ccm.errors import NotLeadingError
-from trio_ccm.testing.aws import TEST_CREDENTIALS, Fault, World
+from trio_ccm_testbed.aws import TEST_CREDENTIALS, Fault, World
 
 KEYS = AwsCredentials(TEST_CREDENTIALS.access_key_id, TEST_CREDENTIALS.secret_access_key)
 

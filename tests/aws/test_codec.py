@@ -12,7 +12,7 @@ from trio_ccm.cloud.aws import AwsClient, AwsError, AwsServerError, AwsThrottled
 from trio_ccm.cloud.aws.codec import Codec
 from trio_ccm.cloud.aws.config import parse_cloud_config
 from trio_ccm.cloud.aws.credentials import AwsCredentials, RefreshingCredentials, StaticSource
-from trio_ccm.testing.aws import TEST_CREDENTIALS, MotoServer, World
+from trio_ccm_testbed.aws import TEST_CREDENTIALS, MotoServer, World
 
 KEYS = AwsCredentials(TEST_CREDENTIALS.access_key_id, TEST_CREDENTIALS.secret_access_key)
 

@@ -18,7 +18,7 @@ from tests.helpers.aws import (
     running,
 )
 from trio_ccm.cloud.aws import LABEL_ZONE_ID
-from trio_ccm.testing.aws import Fault, Instance
+from trio_ccm_testbed.aws import Fault, Instance
 
 ROUTES = "node-route-controller"
 

@@ -28,7 +28,7 @@ from trio_ccm.cloud.aws.credentials import (
     RefreshingCredentials,
 )
 from trio_ccm.cloud.aws.imds import Imds, ImdsError
-from trio_ccm.testing.aws import World
+from trio_ccm_testbed.aws import World
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
 EXPIRES = "2026-11-21T16:00:00Z"

@@ -14,7 +14,7 @@ import yaml
 
 from tests.helpers.aws import UNINITIALIZED, Cluster
 from tests.helpers.processes import CLI, free_port
-from trio_ccm.testing.apiserver import Listening, serve_apiserver
+from trio_ccm_testbed.apiserver import Listening, serve_apiserver
 
 CHART_ARGS = Path(__file__).resolve().parents[1] / "deploy" / "fixtures" / "aws-chart-args.txt"
 

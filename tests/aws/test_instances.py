@@ -25,7 +25,7 @@ from trio_ccm.cloud.provider import (
     NodeAddress,
     NodeInfo,
 )
-from trio_ccm.testing.aws import Instance, World
+from trio_ccm_testbed.aws import Instance, World
 
 UNKNOWN_ID = "i-0123456789abcdef0"
 

@@ -20,7 +20,7 @@ from trio_ccm.cloud.provider import (
     ServiceRefused,
 )
 from trio_ccm.errors import RetryAfter
-from trio_ccm.testing.aws import Fault, Instance, World, balancing
+from trio_ccm_testbed.aws import Fault, Instance, World, balancing
 
 NLB = {TYPE: "nlb"}
 UID = "11111111-2222-3333-4444-555555555555"

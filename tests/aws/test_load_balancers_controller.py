@@ -24,7 +24,7 @@ from trio_ccm.cloud.aws.annotations import (
 )
 from trio_ccm.cloud.provider import ServiceInfo, ServicePort
 from trio_ccm.testing import lb_name, make_service
-from trio_ccm.testing.aws import Balancing, Instance, balancing, certificate
+from trio_ccm_testbed.aws import Balancing, Instance, balancing, certificate
 
 CONTROLLERS = "service-lb-controller"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"

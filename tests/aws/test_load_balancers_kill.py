@@ -22,8 +22,8 @@ from tests.helpers.aws import Cluster, until
 from tests.helpers.processes import CLI, free_port
 from trio_ccm.cloud.aws.annotations import TYPE
 from trio_ccm.testing import make_service
-from trio_ccm.testing.apiserver import ApiError, Listening, serve_apiserver
-from trio_ccm.testing.aws import balancing
+from trio_ccm_testbed.apiserver import ApiError, Listening, serve_apiserver
+from trio_ccm_testbed.aws import balancing
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ import trio.testing
 from tests.helpers.aws import CLUSTER_ID, open_provider
 from trio_ccm.cloud.aws import AwsError, AwsProvider, RouteTableError
 from trio_ccm.cloud.provider import BulkInstances, NodeInfo, Route, Routes
-from trio_ccm.testing.aws import Instance, MotoServer, World
+from trio_ccm_testbed.aws import Instance, MotoServer, World
 
 
 def routes_of(provider: AwsProvider) -> Routes:

@@ -16,7 +16,7 @@ import trio
 from tests.helpers.processes import CLI, Lines, initialised, running
 from trio_ccm.kube.client import open_kube_client
 from trio_ccm.kube.config import load_config
-from trio_ccm.testing.aws import MotoFleet, World
+from trio_ccm_testbed.aws import MotoFleet, World
 
 DNS_NAME = re.compile(r"^ip-10-0-\d+-\d+\.ec2\.internal$")
 

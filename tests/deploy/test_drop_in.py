@@ -39,19 +39,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.processes import CLI, Lines, free_port, initialised, poll_until, running
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
+from trio_ccm.cli.flags import parse_flags, usage
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider
-from trio_ccm.flags import parse_flags, usage
 from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import LEASES, NODES, Node
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
-from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
-from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.factories import make_node, make_service, ready_condition
 from trio_ccm.testing.harness import EPOCH, emulator_connection, virtual_now
+from trio_ccm_testbed.apiserver import ApiServer, Listening, serve_apiserver
+from trio_ccm_testbed.cloud import SimCloud
 
 T = TypeVar("T")
 

@@ -23,11 +23,11 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
+from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cloud.registry import available_providers, load_provider
-from trio_ccm.flags import parse_flags
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.settings import Settings
-from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, Listening, serve_apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -32,10 +32,10 @@ from trio_ccm.kube.client import ForbiddenError, error_from_response
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.factories import TAINT_UNINITIALIZED, make_node
 from trio_ccm.testing.harness import virtual_now
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 RBAC_FILE = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 ADMIN_TOKEN = "admin-token"

@@ -36,8 +36,8 @@ from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
 from trio_ccm.kube.config import load_config
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import MERGE, Patch
-from trio_ccm.testing.cloud import write_cloud_config
 from trio_ccm.testing.factories import make_service
+from trio_ccm_testbed.cloud import write_cloud_config
 
 SEED = 20261121
 SERVICE_COUNT = 50

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from tests.helpers.emulator import MERGE, STRATEGIC
-from trio_ccm.testing.apiserver import ApiServer, Listening, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, Listening, serve_apiserver
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 DAEMONSETS = "/apis/apps/v1/namespaces/default/daemonsets"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiServer, User, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, User, serve_apiserver
 
 ADMIN = "adm"
 SA = "system:serviceaccount:kube-system:ccm"

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
-from trio_ccm.testing.apiserver.faults import BAD_GATEWAY_PAGE
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver.faults import BAD_GATEWAY_PAGE
 
 NODES = "/api/v1/nodes"
 

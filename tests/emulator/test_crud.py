@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from tests.helpers.emulator import MERGE, NODES, SERVICES, node, service
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 async def test_create_assigns_server_metadata(client: httpx.AsyncClient) -> None:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
 V2 = AGGREGATED.format(v="v2")

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 MERGE = {"content-type": "application/merge-patch+json"}
 MODIFIED = (

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from trio_ccm.testing.apiserver import fielderrors as fe
-from trio_ccm.testing.apiserver.fielderrors import ErrorType, FieldError
+from trio_ccm_testbed.apiserver import fielderrors as fe
+from trio_ccm_testbed.apiserver.fielderrors import ErrorType, FieldError
 
 KEY_NAME_REGEX = (  # [content]
     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "

@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 MERGE = {"content-type": "application/merge-patch+json"}
 NODES = "/api/v1/nodes"

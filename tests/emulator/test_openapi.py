@@ -10,8 +10,8 @@ import pytest
 import trio
 import yaml
 
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.apiserver.protobuf import fields
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.protobuf import fields
 
 V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_ccm.testing.apiserver.patch import (
+from trio_ccm_testbed.apiserver.patch import (
     MalformedPatchError,
     MergeList,
     PatchApplyError,

@@ -12,9 +12,9 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.apiserver.protobuf import Decoder, ProtobufError
-from trio_ccm.testing.apiserver.schema import load_schema
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.protobuf import Decoder, ProtobufError
+from trio_ccm_testbed.apiserver.schema import load_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kubectl-1.33-protobuf.json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 ADMIN = "adm"
 SA = "system:serviceaccount:kube-system:ccm"

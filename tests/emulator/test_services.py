@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from tests.helpers.emulator import MERGE, SERVICES, service
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 async def test_default_kubernetes_service_exists(client: httpx.AsyncClient) -> None:

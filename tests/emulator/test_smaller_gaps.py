@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from tests.helpers.emulator import MERGE
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.apiserver.tokens import claims_of
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.tokens import claims_of
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 TABLE = {"accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}

@@ -20,7 +20,7 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm_testbed.apiserver import ApiServer
 
 MERGE = {"content-type": "application/merge-patch+json"}
 NAMESPACES = ("ns-a", "ns-b")

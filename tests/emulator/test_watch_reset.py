@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 
 async def _abort_directly(server: ApiServer) -> None:

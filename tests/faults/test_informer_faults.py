@@ -22,14 +22,14 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.kube.client import open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
-from trio_ccm.mailbox import Mailbox
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.apiserver.faults import FaultRule
-from trio_ccm.testing.apiserver.registry import MERGE_PATCH
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.faults import FaultRule
+from trio_ccm_testbed.apiserver.registry import MERGE_PATCH
 
 NAMES = tuple(f"n{i}" for i in range(6))
 RECOVERY_S = 200.0  # virtual seconds after the faults are cleared

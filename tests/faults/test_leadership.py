@@ -2,7 +2,7 @@
 each replica sent: the Lease's history as the server applied it, and every cloud write as
 it left its replica.
 
-- Randomized schedules (`trio_ccm.testing.chaos`): three replicas under a random workload
+- Randomized schedules (`trio_ccm_testbed.chaos`): three replicas under a random workload
   and cloud faults, with graceful and double shutdowns, kills, partitions and
   whole-process freezes, short and default leases; no write outside leadership, and the
   cluster converges afterwards. `bench/chaos.py --in-process` runs hundreds.
@@ -23,14 +23,14 @@ import pytest
 import trio
 import trio.testing
 
+from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cloud import LoadBalancers, LoadBalancerStatus, NodeInfo, ServiceInfo
 from trio_ccm.cloud.sim import SimProvider
-from trio_ccm.flags import parse_flags
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing import ApiServer, SimCloud, make_service, register_node, virtual_now
-from trio_ccm.testing.chaos import ChaosConfig, run_chaos
 from trio_ccm.testing.harness import emulator_connection, wait_for
 from trio_ccm.testing.referee import CloudRecorder, LeaseRecorder, violations
+from trio_ccm_testbed.chaos import ChaosConfig, run_chaos
 
 LEASE = (4.0, 3.0, 1.0)  # duration, renew deadline, retry period
 

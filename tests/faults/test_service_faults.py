@@ -40,9 +40,9 @@ from tests.helpers.world import ProviderDouble, moments, open_world
 from trio_ccm.cloud.provider import NodeInfo, ServiceInfo
 from trio_ccm.errors import CcmError
 from trio_ccm.testing import make_service, wait_for
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud.model import Call
 from trio_ccm.testing.harness import RecordingTransport, Write
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud.model import Call
 
 # With 30 % of calls failing, a Service needs k attempts with probability 0.3**(k-1); the
 # backoff before the 11th attempt totals 1515 s. 80 Service-phases hit 11 attempts with

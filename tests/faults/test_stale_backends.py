@@ -24,8 +24,8 @@ from trio_ccm.testing import (
     virtual_now,
     wait_for,
 )
-from trio_ccm.testing.cloud.faults import FaultRule
 from trio_ccm.testing.factories import lb_name
+from trio_ccm_testbed.cloud.faults import FaultRule
 
 RETRY_BASE_S = 5.0  # the service controller's first backoff
 

@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry
 
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
 from trio_ccm.supervisor import Serving
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.aws import Instance, World, ready_condition
 from trio_ccm.testing.harness import run_ccm
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.aws import Instance, World, ready_condition
 
 CLUSTER_ID = "test-cluster"
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.testing.apiserver import ApiError, ApiServer, Listening, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiError, ApiServer, Listening, serve_apiserver
 
 KUBECTL_VERSIONS = ("1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
 # kubectl before 1.29 validates manifests against the protobuf OpenAPI v2 document, which

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving
-from trio_ccm.testing.apiserver import ApiError, ApiServer
-from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.factories import ready_condition
 from trio_ccm.testing.harness import RecordingTransport, register_node, run_ccm, virtual_now
+from trio_ccm_testbed.apiserver import ApiError, ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 REPLICA: Final = "ccm-a"
 """The replica's identity, and the name the sim cloud's call log records its calls under."""

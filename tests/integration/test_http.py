@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from structlog.testing import capture_logs
 
-from trio_ccm.http import Check, Endpoints, serve_http
+from trio_ccm.health import Check, Endpoints, serve_http
 
 LIMIT_S = 10  # real sockets, real clock: a generous bound that still fails a hang fast
 

@@ -22,9 +22,9 @@ from trio_ccm.errors import ConfigError
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.apiserver.errors import ApiError
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.errors import ApiError
 
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")
 

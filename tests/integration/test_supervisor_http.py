@@ -9,8 +9,8 @@ from tests.helpers.processes import free_port
 from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 async def test_endpoints_answer_over_http() -> None:

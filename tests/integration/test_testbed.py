@@ -20,10 +20,10 @@ import trio.testing
 
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.objects import NODES, Node
-from trio_ccm.testing.apiserver import ApiError, ApiServer
-from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.harness import emulator_connection
-from trio_ccm.testing.testbed import Testbed
+from trio_ccm_testbed.apiserver import ApiError, ApiServer
+from trio_ccm_testbed.cloud import SimCloud
+from trio_ccm_testbed.testbed import Testbed
 
 EPOCH = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"

@@ -11,8 +11,8 @@ import httpx
 import pytest
 import trio
 
-from trio_ccm.http import serve_asgi
-from trio_ccm.testing._http import (
+from trio_ccm.health import serve_asgi
+from trio_ccm_testbed._http import (
     AsgiApp,
     Headers,
     InProcessTransport,
@@ -22,8 +22,8 @@ from trio_ccm.testing._http import (
     StreamAborted,
     serve_http1,
 )
-from trio_ccm.testing.apiserver import ApiServer
-from trio_ccm.testing.cloud import SimCloud
+from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.cloud import SimCloud
 
 
 async def echo(request: Request) -> Response:

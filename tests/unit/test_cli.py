@@ -16,7 +16,7 @@ import trio
 
 from trio_ccm import cli
 from trio_ccm._version import __version__
-from trio_ccm.testing import cli as testing_cli
+from trio_ccm_testbed import cli as testing_cli
 
 VALID_ROLE = """
 apiVersion: rbac.authorization.k8s.io/v1

@@ -1,4 +1,4 @@
-"""trio_ccm.heap: glibc's mmap threshold fixed, free heap pages trimmed once a period."""
+"""trio_ccm.cli.heap: glibc's mmap threshold fixed, free heap pages trimmed once a period."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.heap import TRIM_PERIOD_S, malloc_trim, serve_heap_trims, tune_malloc
+from trio_ccm.cli.heap import TRIM_PERIOD_S, malloc_trim, serve_heap_trims, tune_malloc
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 

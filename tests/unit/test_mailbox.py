@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.mailbox import Mailbox
+from trio_ccm.base.mailbox import Mailbox
 
 
 async def test_latest_value_wins_and_keeps_its_place() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from trio_ccm.observable import AsyncValue
+from trio_ccm.base.observable import AsyncValue
 
 
 async def test_wait_value_returns_at_once_when_it_already_holds() -> None:

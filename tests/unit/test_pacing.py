@@ -1,10 +1,10 @@
-"""trio_ccm.pacing: a long loop yields to the other tasks every few items."""
+"""trio_ccm.base.pacing: a long loop yields to the other tasks every few items."""
 
 from __future__ import annotations
 
 import trio
 
-from trio_ccm.pacing import Paced
+from trio_ccm.base.pacing import Paced
 
 
 async def test_a_paced_loop_lets_other_tasks_run_every_few_items() -> None:

@@ -135,7 +135,7 @@ SURFACE = [
         id="trio_ccm.testing",
     ),
     pytest.param(
-        "trio_ccm.testing.apiserver",
+        "trio_ccm_testbed.apiserver",
         [
             "ApiError",
             "ApiServer",
@@ -148,10 +148,10 @@ SURFACE = [
             "User",
             "serve_apiserver",
         ],
-        id="trio_ccm.testing.apiserver",
+        id="trio_ccm_testbed.apiserver",
     ),
     pytest.param(
-        "trio_ccm.testing.cloud",
+        "trio_ccm_testbed.cloud",
         [
             "Call",
             "CloudRoute",
@@ -174,7 +174,7 @@ SURFACE = [
             "serve_sim_cloud",
             "write_cloud_config",
         ],
-        id="trio_ccm.testing.cloud",
+        id="trio_ccm_testbed.cloud",
     ),
     pytest.param(
         "trio_ccm.testing.factories",

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trio_ccm.cli.flags import parse_flags, to_flags, usage, wants_help, wants_version
 from trio_ccm.errors import ConfigError
-from trio_ccm.flags import parse_flags, to_flags, usage, wants_help, wants_version
 from trio_ccm.settings import CLOUD_RATE_FAMILIES, FlagError, Settings
 
 DAY_NS = 86_400 * 10**9

@@ -8,7 +8,7 @@ from typing import Literal
 import trio
 from structlog.testing import capture_logs
 
-from trio_ccm.stalls import StallWatch
+from trio_ccm.cli.stalls import StallWatch
 
 
 class FakeClock:

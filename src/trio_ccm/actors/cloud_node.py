@@ -40,6 +40,8 @@ from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
 from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
+from trio_ccm.base.mailbox import Mailbox
+from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
     CloudProvider,
     InstanceMetadata,
@@ -69,8 +71,6 @@ from trio_ccm.kube.wellknown import (
     TAINT_UNINITIALIZED,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import Mailbox
-from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["CloudNodeController", "NodeMetrics"]

@@ -50,11 +50,11 @@ import structlog
 import trio
 
 from trio_ccm.actors.backoff import Backoff, retry_after_s
+from trio_ccm.base.mailbox import MailboxReader
 from trio_ccm.cloud import drain
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Object, resource_version_number
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import MailboxReader
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

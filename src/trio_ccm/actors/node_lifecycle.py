@@ -32,6 +32,8 @@ import trio
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
+from trio_ccm.base.mailbox import Mailbox
+from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
     CloudProvider,
     InstanceMetadata,
@@ -52,8 +54,6 @@ from trio_ccm.kube.wellknown import (
     TAINT_SHUTDOWN,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import Mailbox
-from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["NodeLifecycleController", "needs_look"]

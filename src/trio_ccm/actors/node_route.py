@@ -29,9 +29,10 @@ import trio
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import node_addresses, node_ref
+from trio_ccm.base.govalues import format_duration
+from trio_ccm.base.mailbox import MailboxReader
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
-from trio_ccm.govalues import format_duration
 from trio_ccm.kube.client import KubeError, NotFoundError
 from trio_ccm.kube.events import timestamp
 from trio_ccm.kube.informer import Changed, Update
@@ -46,7 +47,6 @@ from trio_ccm.kube.wellknown import (
     ROUTE_CREATED,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import MailboxReader
 from trio_ccm.settings import Settings, cidrs_of
 
 __all__ = ["NodeRouteController", "Plan", "plan", "responsible"]

@@ -19,7 +19,7 @@
 Times are Trio's (`trio.current_time`), so everything runs under `MockClock`.
 
 A pass over every Node is O(N) work on the one Trio thread: such a pass steps a
-`trio_ccm.pacing.Paced` once per Node, so that it yields to the other tasks now and then.
+`trio_ccm.base.pacing.Paced` once per Node, so that it yields to the other tasks now and then.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ from trio_ccm.actors.controller import Controller, ControllerContext, Controller
 from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
 from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import has_taint, node_info, service_info, service_ref
+from trio_ccm.base.govalues import parse_bool
+from trio_ccm.base.mailbox import Mailbox, MailboxReader
+from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import (
     CloudProvider,
@@ -61,7 +64,6 @@ from trio_ccm.cloud.provider import (
     inventory,
 )
 from trio_ccm.errors import CcmError
-from trio_ccm.govalues import parse_bool
 from trio_ccm.kube.client import NotFoundError
 from trio_ccm.kube.informer import Changed, Gone, Update
 from trio_ccm.kube.objects import (
@@ -96,8 +98,6 @@ from trio_ccm.kube.wellknown import (
     TAINT_TO_BE_DELETED_BY_CA,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import Mailbox, MailboxReader
-from trio_ccm.pacing import Paced
 from trio_ccm.settings import Settings
 
 __all__ = ["ServiceLbController", "ServiceMetrics", "stable_node", "wants_load_balancer"]

@@ -37,8 +37,8 @@ from typing import Final, Protocol, runtime_checkable
 
 import msgspec
 
+from trio_ccm.base.values import NodeAddress  # public here (one class with the kube cache's)
 from trio_ccm.errors import CcmError, RetryAfter
-from trio_ccm.values import NodeAddress  # public here (one class with the kube cache's)
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -142,7 +142,7 @@ class OutcomeUnknownError(CcmError):
 
 
 # -- values ------------------------------------------------------------------------------
-# NodeInfo (and NodeAddress, trio_ccm.values) are kept for every Node (the
+# NodeInfo (and NodeAddress, trio_ccm.base.values) are kept for every Node (the
 # service-lb-controller's views, a bulk lookup's arguments): frozen msgspec Structs with
 # gc=False (they hold no cycles), so 100,000 of them neither carry a garbage-collector
 # header nor make each full collection walk them. Built, compared, hashed and read like

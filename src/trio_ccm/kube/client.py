@@ -27,9 +27,9 @@ import trio
 from trio_ccm._version import __version__
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
+from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.kube.objects import Object, ObjectList, Resource, Status, WatchEvent
 from trio_ccm.kube.patches import JSONValue, Patch
-from trio_ccm.metrics import ClientMetrics
 
 T = TypeVar("T")
 

@@ -42,11 +42,11 @@ import msgspec
 import trio
 from msgspec.structs import astuple
 
+from trio_ccm.base.mailbox import Mailbox
+from trio_ccm.base.pacing import Paced
 from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeError
 from trio_ccm.kube.objects import Object, Resource, WatchEvent, share_unchanged
 from trio_ccm.logs import get_logger
-from trio_ccm.mailbox import Mailbox
-from trio_ccm.pacing import Paced
 
 T = TypeVar("T", bound=Object)
 log = get_logger("trio_ccm.kube.informer")

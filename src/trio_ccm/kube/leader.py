@@ -48,15 +48,15 @@ from typing import Any, Final, NoReturn, Protocol
 import msgspec
 import trio
 
+from trio_ccm.base.observable import AsyncValue
 from trio_ccm.errors import CcmError, ConfigError
 from trio_ccm.kube.client import ForbiddenError, KubeClient, KubeError, NotFoundError
 from trio_ccm.kube.events import EventRecorder, ObjectRef, utc_now
+from trio_ccm.kube.metrics import LeaderMetrics
 from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_number
 from trio_ccm.kube.patches import JSONValue
 from trio_ccm.kube.wellknown import LEASE_NAME, LEASE_NAMESPACE, REASON_LEADER_ELECTION
 from trio_ccm.logs import get_logger
-from trio_ccm.metrics import LeaderMetrics
-from trio_ccm.observable import AsyncValue
 
 log = get_logger("trio_ccm.kube.leader")
 

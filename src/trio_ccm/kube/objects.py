@@ -20,12 +20,12 @@ from typing import Final, Generic, TypeVar
 import msgspec
 from msgspec.structs import force_setattr
 
+from trio_ccm.base.values import NodeAddress
 from trio_ccm.kube.wellknown import (
     ANNOTATION_PROVIDED_NODE_IP,
     CONDITION_NETWORK_UNAVAILABLE,
     CONDITION_READY,
 )
-from trio_ccm.values import NodeAddress
 
 T = TypeVar("T")
 

@@ -1,9 +1,9 @@
 """Public test tooling for provider authors, embedders and this project's own suite.
 Runtime modules never import this package (import-linter holds it).
 
-- `ApiServer` (`trio_ccm.testing.apiserver`): the Kubernetes API emulator, in-process
+- `ApiServer` (`trio_ccm_testbed.apiserver`): the Kubernetes API emulator, in-process
   (`api.transport()`, MockClock-safe) or served over HTTP(S) for kubectl.
-- `SimCloud` (`trio_ccm.testing.cloud`): the simulated cloud behind the `sim` provider.
+- `SimCloud` (`trio_ccm_testbed.cloud`): the simulated cloud behind the `sim` provider.
 - `run_ccm`, `register_node`, `RecordingTransport`, `virtual_now`, `wait_for`, `EPOCH`,
   `emulator_connection` (`trio_ccm.testing.harness`): the whole CCM in-process against the
   emulator, under `trio.testing.MockClock`.
@@ -22,8 +22,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trio_ccm.testing.apiserver import ApiServer
-    from trio_ccm.testing.cloud import SimCloud
     from trio_ccm.testing.factories import (
         TAINT_UNINITIALIZED,
         lb_name,
@@ -41,6 +39,8 @@ if TYPE_CHECKING:
         virtual_now,
         wait_for,
     )
+    from trio_ccm_testbed.apiserver import ApiServer
+    from trio_ccm_testbed.cloud import SimCloud
 
 __all__ = [
     "EPOCH",
@@ -61,8 +61,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ApiServer": "trio_ccm.testing.apiserver",
-    "SimCloud": "trio_ccm.testing.cloud",
+    "ApiServer": "trio_ccm_testbed.apiserver",
+    "SimCloud": "trio_ccm_testbed.cloud",
     "TAINT_UNINITIALIZED": "trio_ccm.testing.factories",
     "lb_name": "trio_ccm.testing.factories",
     "ready_condition": "trio_ccm.testing.factories",

@@ -38,12 +38,12 @@ import prometheus_client
 import trio
 
 from trio_ccm.actors.controller import Controller
+from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cloud.provider import CloudProvider
-from trio_ccm.flags import parse_flags
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.factories import make_node
+from trio_ccm_testbed.apiserver import ApiServer
 
 __all__ = [
     "EPOCH",

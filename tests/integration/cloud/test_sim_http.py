@@ -10,8 +10,8 @@ import trio
 
 from trio_ccm.cloud.provider import NodeInfo, Route, ServiceInfo, ServicePort
 from trio_ccm.cloud.sim import SimCloudError, SimInstances, from_config
-from trio_ccm.http import bind_socket
-from trio_ccm.testing.cloud import Listening, SimCloud, cloud_config, serve_sim_cloud
+from trio_ccm.health import bind_socket
+from trio_ccm_testbed.cloud import Listening, SimCloud, cloud_config, serve_sim_cloud
 
 LIMIT_S = 10  # real sockets, real clock: a generous bound that still fails a hang fast
 

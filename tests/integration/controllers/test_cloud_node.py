@@ -15,8 +15,8 @@ import trio.testing
 
 from tests.helpers.world import World, moments, open_world
 from trio_ccm.testing import wait_for
-from trio_ccm.testing.cloud.model import Call
 from trio_ccm.testing.harness import Write
+from trio_ccm_testbed.cloud.model import Call
 
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from trio_ccm.kube.client import KubeClient, open_kube_client
-from trio_ccm.metrics import ClientMetrics
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from trio_ccm.kube.client import (
     open_kube_client,
 )
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials
+from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
-from trio_ccm.metrics import ClientMetrics
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 
 def _node(name: str, **labels: str) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import load_kubeconfig
 from trio_ccm.kube.events import EventRecorder, ObjectRef
 from trio_ccm.kube.objects import NODES, Node
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.UTC)
 NODE = ObjectRef("Node", "n1", uid="uid-1")

@@ -11,14 +11,14 @@ import pytest
 import trio
 import trio.testing
 
+from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.informer import CHECKPOINT_EVERY, Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Object, Resource, Service
-from trio_ccm.mailbox import Mailbox
-from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.factories import make_node, make_service, ready_condition
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 def _node(name: str) -> dict[str, Any]:

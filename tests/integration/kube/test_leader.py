@@ -32,9 +32,9 @@ from trio_ccm.errors import CcmError, ConfigError
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.events import EventRecorder
 from trio_ccm.kube.leader import LeaderElector, LeaseLostError, default_identity
-from trio_ccm.metrics import LeaderMetrics
-from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.kube.metrics import LeaderMetrics
 from trio_ccm.testing.harness import emulator_connection
+from trio_ccm_testbed.apiserver import ApiServer
 
 EPOCH = dt.datetime(2026, 11, 21, 10, 0, 0, tzinfo=dt.UTC)
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")

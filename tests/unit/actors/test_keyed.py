@@ -19,10 +19,10 @@ from structlog.testing import capture_logs
 
 from trio_ccm.actors.backoff import Backoff
 from trio_ccm.actors.keyed import ActorStatistics, GracefulCancelScope, KeyedActors, Reverify
+from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.errors import RetryAfter
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Node, NodeMeta
-from trio_ccm.mailbox import Mailbox
 
 LIMIT_S = 1000  # virtual fail_after bound of every test
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.testing.cloud import Call, SimApiError, SimCloud
+from trio_ccm_testbed.cloud import Call, SimApiError, SimCloud
 
 LIMIT_S = 600  # virtual seconds: a hang fails fast under the autojump clock
 

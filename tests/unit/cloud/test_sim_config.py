@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import trio_ccm.cloud.sim
-import trio_ccm.testing.cloud
+import trio_ccm_testbed.cloud
 from trio_ccm.cloud.registry import available_providers, load_provider
 from trio_ccm.cloud.sim import SimProvider, from_config
 from trio_ccm.errors import ConfigError
-from trio_ccm.testing.cloud import cloud_config, write_cloud_config
+from trio_ccm_testbed.cloud import cloud_config, write_cloud_config
 
 
 def test_config_gives_url_and_replica() -> None:
@@ -93,7 +93,7 @@ def test_registered_as_entry_point() -> None:
             id="cloud.sim",
         ),
         pytest.param(
-            trio_ccm.testing.cloud,
+            trio_ccm_testbed.cloud,
             [
                 "METHOD_FAMILIES",
                 "Call",

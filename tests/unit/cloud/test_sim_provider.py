@@ -35,7 +35,7 @@ from trio_ccm.cloud.sim import (
 )
 from trio_ccm.cloud.sim.instances import BULK_QUERY_LIMIT
 from trio_ccm.errors import RetryAfter
-from trio_ccm.testing.cloud import SimCloud
+from trio_ccm_testbed.cloud import SimCloud
 
 LIMIT_S = 600  # virtual seconds: a hang fails fast under the autojump clock
 CLUSTER = "kubernetes"

@@ -41,7 +41,7 @@ from trio_ccm.kube.config import (
     load_incluster,
     load_kubeconfig,
 )
-from trio_ccm.testing.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 
 PLUGIN = Path(__file__).with_name("exec_plugin.py")
 V1 = "client.authentication.k8s.io/v1"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trio_ccm.cloud.provider import ServiceInfo, default_load_balancer_name
-from trio_ccm.testing.chaos import PROBLEM_KINDS, find_problems
+from trio_ccm_testbed.chaos import PROBLEM_KINDS, find_problems
 
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 TAINT = "node.cloudprovider.kubernetes.io/uninitialized"

@@ -1,4 +1,4 @@
-"""The `sim` cloud provider: a client of the simulated cloud (`trio_ccm.testing.cloud`).
+"""The `sim` cloud provider: a client of the simulated cloud (`trio_ccm_testbed.cloud`).
 
 Select it with `--cloud-provider=sim --cloud-config=FILE`, FILE holding YAML such as
 

@@ -1,4 +1,4 @@
-"""SimProvider: the `sim` cloud provider, a client of trio_ccm.testing.cloud over HTTP."""
+"""SimProvider: the `sim` cloud provider, a client of trio_ccm_testbed.cloud over HTTP."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class SimProvider:
         except SimCloudError as exc:
             raise SimCloudError(
                 f"sim cloud at {self.url} is not usable: {exc}. Start it (e.g. with "
-                "trio_ccm.testing.cloud.serve_sim_cloud) and point the cloud config's "
+                "trio_ccm_testbed.cloud.serve_sim_cloud) and point the cloud config's "
                 "`url` at it.",
                 method=exc.method,
                 target=exc.target,

@@ -1,0 +1,791 @@
+"""The simulated cloud: its state, its Python API and the one HTTP handler both front doors use.
+
+Everything is deterministic: identifiers and fault dice come from `random.Random` streams
+seeded from `seed`, and time is Trio's clock (`trio.current_time()`), so a test under
+`MockClock` sees exact times. Outside a Trio run (a synchronous fixture setting up the
+cloud) the clock reads minus infinity: changes made there are visible at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import msgspec
+import trio
+
+from trio_ccm_testbed._http import Request, Response
+from trio_ccm_testbed.cloud import bodies
+from trio_ccm_testbed.cloud.errors import SimApiError, bad_request, conflict, not_found
+from trio_ccm_testbed.cloud.faults import METHOD_FAMILIES, Faults
+from trio_ccm_testbed.cloud.model import (
+    JSON,
+    Call,
+    CloudRoute,
+    Instance,
+    LoadBalancer,
+    LoadBalancerPort,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["SimCloud", "error_response", "json_response"]
+
+JSON_TYPE = "application/json"
+REPLICA_HEADER = "x-sim-replica"
+INTERNAL_NETWORK = ipaddress.ip_network("10.0.0.0/8")
+INGRESS_NETWORK = ipaddress.ip_network("203.0.113.0/24")
+LB_PROTOCOLS = ("TCP", "UDP")
+MAX_SOURCE_RANGES = 20
+MAX_DESCRIPTION = 255
+_FIRST_INTERNAL_OFFSET = 10  # 10.0.0.10 is the first address handed out
+
+
+def _trio_now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # not in a Trio run: set-up before the test starts
+        return -math.inf
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def json_response(
+    status: int, body: Mapping[str, JSON], *, retry_after_s: float | None = None
+) -> Response:
+    headers = [("content-type", JSON_TYPE)]
+    if retry_after_s is not None:
+        headers.append(("retry-after", repr(float(retry_after_s))))
+    return Response(status, msgspec.json.encode(body), headers)
+
+
+def error_response(exc: SimApiError) -> Response:
+    return json_response(exc.status, exc.to_json(), retry_after_s=exc.retry_after_s)
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """A routed API call: its method name and target for the call log, and its work."""
+
+    method: str
+    target: str
+    run: Callable[[float], Response]
+
+
+class SimCloud:
+    """A simulated cloud with instances, load balancers and routes, faults and a call log.
+
+    Front doors: `transport()` (an httpx transport, no sockets, MockClock-safe) and
+    `serve_sim_cloud` (real HTTP on loopback). The Python methods change the state directly
+    (no faults, no call log) and raise `SimApiError` as the HTTP API would answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        region: str = "sim-region-1",
+        terminated_retention_s: float = 0.0,
+        lb_provisioning_s: float = 0.0,
+        lb_hostnames: bool = False,
+        lb_network: str = str(INGRESS_NETWORK),
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.seed = seed
+        self.region = region
+        self.default_zone = f"{region}a"
+        self.terminated_retention_s = terminated_retention_s
+        """How long a terminated instance stays listed (state `terminated`) before it is gone."""
+        self.lb_provisioning_s = lb_provisioning_s
+        """How long a new load balancer is `provisioning` (no ingress; PUT answers 202)."""
+        self.lb_hostnames = lb_hostnames
+        """Whether load balancers get a DNS name besides their IP."""
+        self.lb_network = ipaddress.ip_network(lb_network)
+        """The IPv4 pool ingress addresses come from (203.0.113.0/24: 254 load balancers)."""
+        self.faults = Faults(random.Random(f"{seed}/faults"))  # noqa: S311 - dice, not secrets
+        self.calls: list[Call] = []
+        self._wall_clock = wall_clock
+        self._id_rng = random.Random(f"{seed}/ids")  # noqa: S311 - names, not secrets
+        self._used_ids: set[str] = set()
+        self._instances: dict[str, Instance] = {}
+        # Indexes over `_instances`, so that launching one of 100,000 instances stays cheap:
+        # the id of the instance not terminated that holds each name, the ids of terminated
+        # instances still listed, and how many instances hold each internal IP.
+        self._names: dict[str, str] = {}
+        self._terminated: set[str] = set()
+        self._internal_in_use: Counter[str] = Counter()
+        self._next_internal = _FIRST_INTERNAL_OFFSET
+        self._load_balancers: dict[str, LoadBalancer] = {}
+        self._routes: dict[tuple[str, str], CloudRoute] = {}
+
+    # -- front doors ------------------------------------------------------------------
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """An httpx transport reaching this cloud without sockets (works under MockClock)."""
+        from trio_ccm_testbed.cloud.transport import SimCloudTransport
+
+        return SimCloudTransport(self)
+
+    # -- instances: Python API --------------------------------------------------------
+    def add_instance(
+        self,
+        name: str,
+        *,
+        instance_type: str = "sim.small",
+        zone: str | None = None,
+        internal_ips: Iterable[str] | None = None,
+        external_ips: Iterable[str] | None = None,
+        hostname: str | None = None,
+        state: str = "running",
+    ) -> Instance:
+        """Launch an instance; internal IPs default to the next free 10.x address.
+
+        It is invisible to API lookups for `faults.consistency_delay_s`. A name must be
+        unique among instances not terminated (Node names are looked up by it).
+        """
+        now = _trio_now()
+        self._purge(now)
+        if not name:
+            raise bad_request("an instance needs a name")
+        if state not in ("running", "stopped"):
+            raise bad_request(f"instance {name}: state {state!r} must be running or stopped")
+        taken = self._by_name(name)
+        if taken is not None:
+            raise conflict(f"instance name {name} is taken by {taken.id} ({taken.state})")
+        internal = self._addresses(internal_ips, f"instance {name}: internal IP")
+        if internal_ips is None:
+            internal = (self._allocate_internal_ip(),)
+        instance = Instance(
+            id=self._new_id(),
+            name=name,
+            instance_type=instance_type,
+            zone=zone or self.default_zone,
+            region=self.region,
+            internal_ips=internal,
+            external_ips=self._addresses(external_ips, f"instance {name}: external IP"),
+            hostname=name if hostname is None else hostname,
+            state=state,
+            created_at=now,
+            visible_at=now + self.faults.consistency_delay_s,
+        )
+        self._instances[instance.id] = instance
+        self._names[name] = instance.id
+        self._internal_in_use.update(internal)
+        return instance
+
+    def instance(self, instance_id: str) -> Instance:
+        """The instance (visible or not yet); 404 SimApiError when there is none."""
+        self._purge(_trio_now())
+        found = self._instances.get(instance_id)
+        if found is None:
+            raise not_found(f"instance {instance_id}")
+        return found
+
+    def instances(self) -> list[Instance]:
+        """Every instance not gone (including ones not yet visible), oldest first."""
+        self._purge(_trio_now())
+        return list(self._instances.values())
+
+    def stop(self, instance_id: str) -> Instance:
+        """Stop a running instance (stopping a stopped one changes nothing)."""
+        return self._set_state(instance_id, "stopped")
+
+    def start(self, instance_id: str) -> Instance:
+        """Start a stopped instance (starting a running one changes nothing)."""
+        return self._set_state(instance_id, "running")
+
+    def terminate(self, instance_id: str) -> Instance:
+        """Terminate an instance: listed as terminated for `terminated_retention_s`, then gone."""
+        instance = self.instance(instance_id)
+        if instance.state == "terminated":
+            return instance
+        now = _trio_now()
+        updated = replace(instance, state="terminated", terminated_at=now)
+        self._instances[instance_id] = updated
+        self._terminated.add(instance_id)
+        if self._names.get(instance.name) == instance_id:
+            del self._names[instance.name]
+        self._purge(now)
+        return updated
+
+    def set_addresses(
+        self,
+        instance_id: str,
+        *,
+        internal: Iterable[str] | None = None,
+        external: Iterable[str] | None = None,
+    ) -> Instance:
+        """Replace an instance's internal and/or external IPs (None keeps them)."""
+        instance = self.instance(instance_id)
+        updated = replace(
+            instance,
+            internal_ips=instance.internal_ips
+            if internal is None
+            else self._addresses(internal, f"{instance_id}: internal IP"),
+            external_ips=instance.external_ips
+            if external is None
+            else self._addresses(external, f"{instance_id}: external IP"),
+        )
+        self._instances[instance_id] = updated
+        self._internal_in_use.subtract(instance.internal_ips)
+        self._internal_in_use.update(updated.internal_ips)
+        return updated
+
+    def _set_state(self, instance_id: str, state: str) -> Instance:
+        instance = self.instance(instance_id)
+        if instance.state == "terminated":
+            raise conflict(f"instance {instance_id} is terminated")
+        updated = replace(instance, state=state)
+        self._instances[instance_id] = updated
+        return updated
+
+    def _new_id(self) -> str:
+        while True:
+            candidate = f"i-{self._id_rng.getrandbits(32):08x}"
+            if candidate not in self._used_ids:
+                self._used_ids.add(candidate)
+                return candidate
+
+    def _allocate_internal_ip(self) -> str:
+        while True:
+            address = str(INTERNAL_NETWORK[self._next_internal])
+            self._next_internal += 1
+            if self._internal_in_use[address] <= 0:
+                return address
+
+    @staticmethod
+    def _addresses(values: Iterable[str] | None, what: str) -> tuple[str, ...]:
+        if values is None:
+            return ()
+        if isinstance(values, str):
+            raise bad_request(f"{what}s must be a list, not the string {values!r}")
+        checked = []
+        for value in values:
+            try:
+                checked.append(str(ipaddress.ip_address(value)))
+            except ValueError as exc:
+                raise bad_request(f"{what} {value!r} is not an IP address") from exc
+        return tuple(checked)
+
+    def _by_name(self, name: str) -> Instance | None:
+        found = self._names.get(name)
+        return None if found is None else self._instances[found]
+
+    def _purge(self, now: float) -> None:
+        """Forget terminated instances whose retention is over."""
+        gone = [
+            instance_id
+            for instance_id in self._terminated
+            if now
+            >= (self._instances[instance_id].terminated_at or 0.0) + self.terminated_retention_s
+        ]
+        for instance_id in gone:
+            self._terminated.discard(instance_id)
+            self._internal_in_use.subtract(self._instances.pop(instance_id).internal_ips)
+
+    def _visible(self, now: float) -> list[Instance]:
+        self._purge(now)
+        return [i for i in self._instances.values() if i.visible_at <= now]
+
+    # -- load balancers and routes: Python API ----------------------------------------
+    def load_balancers(self) -> list[LoadBalancer]:
+        """Every load balancer, oldest first."""
+        return list(self._load_balancers.values())
+
+    def load_balancer(self, name: str) -> LoadBalancer | None:
+        return self._load_balancers.get(name)
+
+    def remove_load_balancer(self, name: str) -> None:
+        """Delete a load balancer behind the provider's back (drift, an operator's mistake)."""
+        self._load_balancers.pop(name, None)
+
+    def routes(self, cluster: str | None = None) -> list[CloudRoute]:
+        """The routes (of `cluster`, or all), with `blackhole` as of now."""
+        self._purge(_trio_now())
+        return [
+            self._with_blackhole(route)
+            for (owner, _), route in self._routes.items()
+            if cluster is None or owner == cluster
+        ]
+
+    def _with_blackhole(self, route: CloudRoute) -> CloudRoute:
+        return replace(route, blackhole=self._by_name(route.target_node) is None)
+
+    # -- the call log -----------------------------------------------------------------
+    def calls_by(self, method: str | None = None, replica: str | None = None) -> list[Call]:
+        """The calls to `method` (a method or a family) and/or by `replica`, in order."""
+        return [
+            call
+            for call in self.calls
+            if (method is None or method in (call.method, METHOD_FAMILIES.get(call.method)))
+            and (replica is None or call.replica == replica)
+        ]
+
+    def clear_calls(self) -> None:
+        self.calls = []
+
+    def call_counts(self) -> Counter[str]:
+        """The calls so far, by method."""
+        return Counter(call.method for call in self.calls)
+
+    def state(self) -> dict[str, JSON]:
+        """Everything, as JSON: what `GET /_sim/state` answers."""
+        now = _trio_now()
+        self._purge(now)
+        instances: list[JSON] = [
+            {
+                **instance.to_json(),
+                "visibleAt": _finite(instance.visible_at),
+                "terminatedAt": _finite(instance.terminated_at),
+            }
+            for instance in self._instances.values()
+        ]
+        return {
+            "time": _finite(now),
+            "region": self.region,
+            "instances": instances,
+            "loadBalancers": [lb.to_json(now) for lb in self._load_balancers.values()],
+            "routes": [route.to_json() for route in self.routes()],
+            "faults": self.faults.to_json(),
+            "settings": self._settings(),
+            "calls": len(self.calls),
+        }
+
+    def _settings(self) -> dict[str, JSON]:
+        return {
+            "consistencyDelaySeconds": self.faults.consistency_delay_s,
+            "lbProvisioningSeconds": self.lb_provisioning_s,
+            "terminatedRetentionSeconds": self.terminated_retention_s,
+            "lbHostnames": self.lb_hostnames,
+        }
+
+    # -- the HTTP core ----------------------------------------------------------------
+    async def handle(self, request: Request) -> Response:
+        """Answer one HTTP request: the API under /v1/, the admin API under /_sim/."""
+        if request.raw_path == "/_sim" or request.raw_path.startswith("/_sim/"):
+            try:
+                return self._admin(request)
+            except SimApiError as exc:
+                return error_response(exc)
+        arrived = trio.current_time()
+        wall = self._wall_clock()
+        replica = request.headers.get(REPLICA_HEADER, "")
+        method, target, status = "Unknown", request.raw_path, 499  # 499: the caller went away
+        try:
+            try:
+                endpoint = self._route(request)
+                method, target = endpoint.method, endpoint.target
+                delay_s = self.faults.delay_s(method)
+                if delay_s > 0:
+                    await trio.sleep(delay_s)
+                now = trio.current_time()
+                self.faults.admit(method, now)
+                response = endpoint.run(now)
+            except SimApiError as exc:
+                response = error_response(exc)
+            status = response.status
+            return response
+        finally:
+            self.calls.append(Call(arrived, wall, replica, method, target, status))
+
+    def _route(self, request: Request) -> _Endpoint:
+        parts = request.segments()
+        if parts[:1] != ["v1"]:
+            raise not_found(f"path {request.raw_path}")
+        verb = request.method
+
+        def allow(*verbs: str) -> None:
+            if verb not in verbs:
+                raise SimApiError(
+                    405, f"{verb} {request.raw_path}: allowed methods are {', '.join(verbs)}"
+                )
+
+        match parts[1:]:
+            case ["health"]:
+                allow("GET")
+                return _Endpoint("Health", "", self._health)
+            case ["instances"]:
+                allow("GET")
+                target = "&".join(
+                    f"{key}={','.join(values)}" for key, values in sorted(request.query.items())
+                )
+                return _Endpoint("ListInstances", target, lambda now: self._list(request, now))
+            case ["instances", instance_id]:
+                allow("GET")
+                return _Endpoint(
+                    "GetInstance", instance_id, lambda now: self._get_instance(instance_id, now)
+                )
+            case ["clusters", cluster, "loadbalancers"]:
+                allow("GET")
+                return _Endpoint(
+                    "ListLoadBalancers", cluster, lambda now: self._list_lbs(cluster, now)
+                )
+            case ["clusters", cluster, "loadbalancers", name]:
+                allow("GET", "PUT", "DELETE")
+                target = f"{cluster}/{name}"
+                if verb == "GET":
+                    return _Endpoint(
+                        "GetLoadBalancer", target, lambda now: self._get_lb(cluster, name, now)
+                    )
+                if verb == "PUT":
+                    return _Endpoint(
+                        "PutLoadBalancer",
+                        target,
+                        lambda now: self._put_lb(cluster, name, request.body, now),
+                    )
+                return _Endpoint(
+                    "DeleteLoadBalancer", target, lambda now: self._delete_lb(cluster, name)
+                )
+            case ["clusters", cluster, "loadbalancers", name, "backends"]:
+                allow("PUT")
+                return _Endpoint(
+                    "SetLoadBalancerBackends",
+                    f"{cluster}/{name}",
+                    lambda now: self._set_backends(cluster, name, request.body, now),
+                )
+            case ["clusters", cluster, "routes"]:
+                allow("GET", "POST", "DELETE")
+                if verb == "GET":
+                    return _Endpoint("ListRoutes", cluster, lambda now: self._list_routes(cluster))
+                if verb == "POST":
+                    return _Endpoint(
+                        "CreateRoute",
+                        cluster,
+                        lambda now: self._create_route(cluster, request.body),
+                    )
+                cidr = request.arg("destinationCIDR")
+                return _Endpoint(
+                    "DeleteRoute",
+                    f"{cluster}/{cidr}",
+                    lambda now: self._delete_route_by_cidr(cluster, cidr),
+                )
+            case ["clusters", cluster, "routes", name]:
+                allow("GET", "DELETE")
+                target = f"{cluster}/{name}"
+                if verb == "GET":
+                    return _Endpoint("GetRoute", target, lambda now: self._get_route(cluster, name))
+                return _Endpoint(
+                    "DeleteRoute", target, lambda now: self._delete_route(cluster, name)
+                )
+        raise not_found(f"path {request.raw_path}")
+
+    # -- API handlers -----------------------------------------------------------------
+    def _health(self, now: float) -> Response:
+        return json_response(200, {"status": "ok", "region": self.region})
+
+    def _list(self, request: Request, now: float) -> Response:
+        names = set(request.list_arg("names") + request.list_arg("name"))
+        ids = set(request.list_arg("ids"))
+        found: list[JSON] = [
+            instance.to_json()
+            for instance in self._visible(now)
+            if not (names or ids) or instance.name in names or instance.id in ids
+        ]
+        return json_response(200, {"instances": found})
+
+    def _get_instance(self, instance_id: str, now: float) -> Response:
+        for instance in self._visible(now):
+            if instance.id == instance_id:
+                return json_response(200, instance.to_json())
+        raise not_found(f"instance {instance_id}")
+
+    def _lb_of(self, cluster: str, name: str) -> LoadBalancer:
+        found = self._load_balancers.get(name)
+        if found is None or found.cluster != cluster:
+            raise not_found(f"load balancer {name} of cluster {cluster}")
+        return found
+
+    def _list_lbs(self, cluster: str, now: float) -> Response:
+        found: list[JSON] = [
+            lb.to_json(now) for lb in self._load_balancers.values() if lb.cluster == cluster
+        ]
+        return json_response(200, {"loadBalancers": found})
+
+    def _get_lb(self, cluster: str, name: str, now: float) -> Response:
+        return json_response(200, self._lb_of(cluster, name).to_json(now))
+
+    def _put_lb(self, cluster: str, name: str, raw: bytes, now: float) -> Response:
+        what = f"load balancer {name}"
+        body = bodies.decode(raw, bodies.LoadBalancerBody, what)
+        existing = self._load_balancers.get(name)
+        if existing is not None and existing.cluster != cluster:
+            raise conflict(f"{what} belongs to cluster {existing.cluster}, not {cluster}")
+        ports = self._ports(body.ports, what)
+        ranges = self._source_ranges(body.source_ranges, what)
+        if len(body.description) > MAX_DESCRIPTION:
+            raise bad_request(
+                f"{what}: the description is {len(body.description)} characters; at most "
+                f"{MAX_DESCRIPTION} are allowed"
+            )
+        if existing is None:
+            ingress_ip = self._claim_ip(body.load_balancer_ip, name)
+            created_at, ready_at = now, now + self.lb_provisioning_s
+        else:
+            ingress_ip = existing.ingress_ip
+            if body.load_balancer_ip and body.load_balancer_ip != ingress_ip:
+                ingress_ip = self._claim_ip(body.load_balancer_ip, name)
+            created_at, ready_at = existing.created_at, existing.ready_at
+        lb = LoadBalancer(
+            name=name,
+            cluster=cluster,
+            service=body.service,
+            ports=ports,
+            nodes=tuple(sorted(set(body.nodes))),
+            ingress_ip=ingress_ip,
+            hostname=f"{name}.{self.region}.lb.sim" if self.lb_hostnames else "",
+            created_at=created_at,
+            ready_at=ready_at,
+            source_ranges=ranges,
+            health_check_node_port=body.health_check_node_port,
+            session_affinity=body.session_affinity,
+            description=body.description,
+        )
+        self._load_balancers[name] = lb
+        if now < ready_at:
+            return json_response(202, lb.to_json(now), retry_after_s=ready_at - now)
+        return json_response(201 if existing is None else 200, lb.to_json(now))
+
+    @staticmethod
+    def _ports(ports: list[bodies.PortBody], what: str) -> tuple[LoadBalancerPort, ...]:
+        if not ports:
+            raise bad_request(f"{what}: a load balancer needs at least one port")
+        seen: set[int] = set()
+        checked = []
+        for port in ports:
+            if port.protocol not in LB_PROTOCOLS:
+                raise bad_request(
+                    f"{what}: protocol {port.protocol!r} is not one of {', '.join(LB_PROTOCOLS)}"
+                )
+            if not 1 <= port.port <= 65535 or not 0 <= port.node_port <= 65535:
+                raise bad_request(f"{what}: port {port.port}/{port.node_port} is out of range")
+            if port.port in seen:
+                raise bad_request(
+                    f"{what}: port {port.port} appears twice; a listener takes one protocol "
+                    "per port"
+                )
+            seen.add(port.port)
+            checked.append(LoadBalancerPort(port.name, port.protocol, port.port, port.node_port))
+        return tuple(checked)
+
+    @staticmethod
+    def _source_ranges(ranges: list[str], what: str) -> tuple[str, ...]:
+        if len(ranges) > MAX_SOURCE_RANGES:
+            raise bad_request(
+                f"{what}: {len(ranges)} source ranges; at most {MAX_SOURCE_RANGES} are allowed"
+            )
+        checked = []
+        for value in ranges or ["0.0.0.0/0"]:
+            try:
+                network = ipaddress.ip_network(value)
+            except ValueError as exc:
+                raise bad_request(f"{what}: source range {value!r}: {exc}") from exc
+            if network.version != 4:
+                raise bad_request(
+                    f"{what}: source range {value} is IPv6; the load balancers are IPv4 only"
+                )
+            checked.append(str(network))
+        return tuple(checked)
+
+    def _claim_ip(self, requested: str, name: str) -> str:
+        used = {lb.ingress_ip for lb in self._load_balancers.values() if lb.name != name}
+        if not requested:
+            for address in self.lb_network.hosts():
+                if str(address) not in used:
+                    return str(address)
+            raise SimApiError(503, f"load balancer {name}: the address pool is exhausted")
+        try:
+            address = ipaddress.ip_address(requested)
+        except ValueError as exc:
+            raise bad_request(f"load balancer {name}: {requested!r} is not an IP") from exc
+        if address not in self.lb_network or address in (
+            self.lb_network.network_address,
+            self.lb_network.broadcast_address,
+        ):
+            raise bad_request(
+                f"load balancer {name}: {requested} is not in the pool {self.lb_network}"
+            )
+        if requested in used:
+            raise conflict(f"load balancer {name}: {requested} is in use")
+        return requested
+
+    def _set_backends(self, cluster: str, name: str, raw: bytes, now: float) -> Response:
+        lb = self._lb_of(cluster, name)
+        body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
+        lb = replace(lb, nodes=tuple(sorted(set(body.nodes))))
+        self._load_balancers[name] = lb
+        return json_response(200, lb.to_json(now))
+
+    def _delete_lb(self, cluster: str, name: str) -> Response:
+        self._lb_of(cluster, name)
+        del self._load_balancers[name]
+        return Response(204)
+
+    def _list_routes(self, cluster: str) -> Response:
+        found: list[JSON] = [route.to_json() for route in self.routes(cluster)]
+        return json_response(200, {"routes": found})
+
+    def _route_of(self, cluster: str, name: str) -> CloudRoute:
+        found = self._routes.get((cluster, name))
+        if found is None:
+            raise not_found(f"route {name} of cluster {cluster}")
+        return found
+
+    def _get_route(self, cluster: str, name: str) -> Response:
+        self._purge(_trio_now())
+        return json_response(200, self._with_blackhole(self._route_of(cluster, name)).to_json())
+
+    def _create_route(self, cluster: str, raw: bytes) -> Response:
+        body = bodies.decode(raw, bodies.RouteBody, f"route of cluster {cluster}")
+        what = f"route {body.name}"
+        if not body.name or not body.target_node:
+            raise bad_request(f"{what}: name and targetNode are required")
+        try:
+            cidr = str(ipaddress.ip_network(body.destination_cidr))
+        except ValueError as exc:
+            raise bad_request(f"{what}: destinationCIDR {body.destination_cidr!r}: {exc}") from exc
+        wanted = CloudRoute(body.name, cluster, body.target_node, cidr)
+        existing = self._routes.get((cluster, body.name))
+        if existing == wanted:
+            return json_response(200, self._with_blackhole(wanted).to_json())
+        if existing is not None:
+            raise conflict(
+                f"{what} exists with target {existing.target_node} "
+                f"and destination {existing.destination_cidr}"
+            )
+        for key, route in list(self._routes.items()):
+            if key[0] != cluster or route.destination_cidr != cidr:
+                continue
+            if not self._with_blackhole(route).blackhole:
+                raise conflict(f"{what}: destination {cidr} is taken by route {route.name}")
+            del self._routes[key]  # a blackholed route yields its destination
+        self._routes[(cluster, body.name)] = wanted
+        return json_response(201, self._with_blackhole(wanted).to_json())
+
+    def _delete_route(self, cluster: str, name: str) -> Response:
+        self._route_of(cluster, name)
+        del self._routes[(cluster, name)]
+        return Response(204)
+
+    def _delete_route_by_cidr(self, cluster: str, cidr: str) -> Response:
+        if not cidr:
+            raise bad_request("DELETE routes: name a route or give ?destinationCIDR=")
+        for (owner, name), route in self._routes.items():
+            if owner == cluster and route.destination_cidr == cidr:
+                del self._routes[(owner, name)]
+                return Response(204)
+        raise not_found(f"route to {cidr} of cluster {cluster}")
+
+    # -- the admin API ----------------------------------------------------------------
+    def _admin(self, request: Request) -> Response:
+        parts = request.segments()[1:]
+        verb = request.method
+        match verb, parts:
+            case "GET", ["state"]:
+                return json_response(200, self.state())
+            case "GET", ["instances"]:
+                found: list[JSON] = [i.to_json() for i in self.instances()]
+                return json_response(200, {"instances": found})
+            case "POST", ["instances"]:
+                body = bodies.decode(request.body, bodies.InstanceBody, "new instance")
+                instance = self.add_instance(
+                    body.name,
+                    instance_type=body.instance_type,
+                    zone=body.zone,
+                    internal_ips=body.internal_ips,
+                    external_ips=body.external_ips,
+                    hostname=body.hostname,
+                    state=body.state,
+                )
+                return json_response(201, instance.to_json())
+            case "GET", ["instances", instance_id]:
+                return json_response(200, self.instance(instance_id).to_json())
+            case "POST", ["instances", instance_id, ("stop" | "start" | "terminate") as action]:
+                change = {"stop": self.stop, "start": self.start, "terminate": self.terminate}
+                return json_response(200, change[action](instance_id).to_json())
+            case "PUT", ["instances", instance_id, "addresses"]:
+                addresses = bodies.decode(request.body, bodies.AddressesBody, "addresses")
+                instance = self.set_addresses(
+                    instance_id, internal=addresses.internal, external=addresses.external
+                )
+                return json_response(200, instance.to_json())
+            case "GET", ["calls"]:
+                calls: list[JSON] = [
+                    call.to_json()
+                    for call in self.calls_by(
+                        request.arg("method") or None, request.arg("replica") or None
+                    )
+                ]
+                return json_response(200, {"calls": calls})
+            case "DELETE", ["calls"]:
+                self.clear_calls()
+                return Response(204)
+            case "GET", ["faults"]:
+                return json_response(200, self.faults.to_json())
+            case "DELETE", ["faults"]:
+                self.faults.clear()
+                return Response(204)
+            case "POST", ["faults", kind]:
+                return json_response(201, self._add_fault(kind, request.body))
+            case "DELETE", ["faults", rule_id]:
+                try:
+                    self.faults.remove(int(rule_id))
+                except (KeyError, ValueError) as exc:
+                    raise not_found(f"fault rule {rule_id}") from exc
+                return Response(204)
+            case "GET", ["settings"]:
+                return json_response(200, self._settings())
+            case "PATCH", ["settings"]:
+                self._change_settings(request.body)
+                return json_response(200, self._settings())
+        raise not_found(f"admin endpoint {verb} {request.raw_path}")
+
+    def _add_fault(self, kind: str, raw: bytes) -> dict[str, JSON]:
+        try:
+            if kind == "latency":
+                latency = bodies.decode(raw, bodies.LatencyBody, "latency fault")
+                return self.faults.latency(
+                    latency.method, fixed_s=latency.fixed_seconds, jitter_s=latency.jitter_seconds
+                ).to_json()
+            if kind == "error":
+                error = bodies.decode(raw, bodies.ErrorBody, "error fault")
+                return self.faults.error(
+                    error.method,
+                    status=error.status,
+                    probability=error.probability,
+                    count=error.count,
+                    retry_after_s=error.retry_after_seconds,
+                ).to_json()
+            if kind == "throttle":
+                throttle = bodies.decode(raw, bodies.ThrottleBody, "throttle fault")
+                return self.faults.throttle(
+                    throttle.target, rate_per_s=throttle.rate_per_second, burst=throttle.burst
+                ).to_json()
+        except ValueError as exc:
+            raise bad_request(str(exc)) from exc
+        raise not_found(f"fault kind {kind!r}: use latency, error or throttle")
+
+    def _change_settings(self, raw: bytes) -> None:
+        body = bodies.decode(raw, bodies.SettingsBody, "settings")
+        durations = (
+            body.consistency_delay_seconds,
+            body.lb_provisioning_seconds,
+            body.terminated_retention_seconds,
+        )
+        if any(value is not None and value < 0 for value in durations):
+            raise bad_request("settings: durations must not be negative")
+        if body.consistency_delay_seconds is not None:
+            self.faults.consistency_delay_s = body.consistency_delay_seconds
+        if body.lb_provisioning_seconds is not None:
+            self.lb_provisioning_s = body.lb_provisioning_seconds
+        if body.terminated_retention_seconds is not None:
+            self.terminated_retention_s = body.terminated_retention_seconds
+        if body.lb_hostnames is not None:
+            self.lb_hostnames = body.lb_hostnames
