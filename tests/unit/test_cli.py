@@ -16,6 +16,7 @@ import trio
 
 from trio_ccm import cli
 from trio_ccm._version import __version__
+from trio_ccm.cli import process
 from trio_ccm_testbed import cli as testing_cli
 
 VALID_ROLE = """
@@ -461,11 +462,11 @@ async def test_first_signal_drains_and_second_cancels_at_once(
     started, stops at once); a second one stops the replica at once (forced), cancels
     everything, marks the exit forced and arms the exit deadline."""
     fake = FakeServing()
-    shutdown = cli.Shutdown()
+    shutdown = process.Shutdown()
     armed: list[bool] = []
     with trio.CancelScope() as scope:
         async with aclosing(_signals(*signums)) as signals:
-            await cli.watch_signals(
+            await process.watch_signals(
                 signals,
                 shutdown,
                 lambda: fake if started else None,  # type: ignore[arg-type,return-value]

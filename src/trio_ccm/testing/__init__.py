@@ -1,5 +1,9 @@
-"""Public test tooling for provider authors, embedders and this project's own suite.
+"""The public test kit for provider authors, embedders and this project's own suite.
 Runtime modules never import this package (import-linter holds it).
+
+The test world itself (the emulator, the simulated cloud, the moto world, the testbed,
+chaos) is its own distribution, trio-ccm-testbed (`trio_ccm_testbed`): this kit imports it
+when it is installed (`pip install 'trio-ccm[testing]'`) and says so when it is not.
 
 - `ApiServer` (`trio_ccm_testbed.apiserver`): the Kubernetes API emulator, in-process
   (`api.transport()`, MockClock-safe) or served over HTTP(S) for kubectl.
@@ -61,8 +65,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ApiServer": "trio_ccm_testbed.apiserver",
-    "SimCloud": "trio_ccm_testbed.cloud",
+    "ApiServer": "trio_ccm.testing._world",
+    "SimCloud": "trio_ccm.testing._world",
     "TAINT_UNINITIALIZED": "trio_ccm.testing.factories",
     "lb_name": "trio_ccm.testing.factories",
     "ready_condition": "trio_ccm.testing.factories",

@@ -42,8 +42,8 @@ from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.supervisor import Serving, serve
+from trio_ccm.testing._world import ApiServer
 from trio_ccm.testing.factories import make_node
-from trio_ccm_testbed.apiserver import ApiServer
 
 __all__ = [
     "EPOCH",

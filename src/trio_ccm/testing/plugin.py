@@ -34,9 +34,8 @@ import pytest
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving
+from trio_ccm.testing._world import ApiServer, SimCloud
 from trio_ccm.testing.harness import register_node, run_ccm, virtual_now
-from trio_ccm_testbed.apiserver import ApiServer
-from trio_ccm_testbed.cloud import SimCloud
 
 __all__ = ["RunCcm", "api", "api_client", "ccm", "kubelet", "sim_cloud", "sim_provider"]
 

@@ -37,7 +37,7 @@ from typing import Final
 import httpx
 import trio
 
-from trio_ccm_testbed.cloud.model import JSON, Call
+from trio_ccm.testing._world import JSON, Call
 
 __all__ = [
     "MUTATING_CLOUD_METHODS",

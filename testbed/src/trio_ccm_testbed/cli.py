@@ -1,9 +1,10 @@
 """The test tooling's commands: `trio-ccm apiserver`, `trio-ccm testbed`, `trio-ccm demo`.
 
-The runtime `trio-ccm` command imports this module by name only when one of these is asked
-for (`trio_ccm.cli.main`), so the controller manager never loads the emulator or the
-simulated cloud. Like `trio_ccm.cli`, this module owns process-wide effects (logging,
-signals, exit codes) for its commands and nothing else.
+Registered in the `trio_ccm.commands` entry point group (testbed/pyproject.toml): the
+runtime `trio-ccm` command loads one of these functions only when its command is asked for
+(`trio_ccm.cli.main`), so the controller manager never loads the emulator or the simulated
+cloud. Like `trio_ccm.cli`, this module owns process-wide effects (logging, signals, exit
+codes) for its commands and nothing else; the plumbing is `trio_ccm.cli.process`.
 
     trio-ccm apiserver ...      the Kubernetes API emulator, standalone
     trio-ccm testbed ...        the emulator + the simulated cloud + simulated kubelets
@@ -29,7 +30,7 @@ import shutil
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,7 +41,8 @@ import structlog
 import trio
 
 from trio_ccm.base.govalues import parse_duration
-from trio_ccm.cli import (
+from trio_ccm.cli.flags import parse_flags
+from trio_ccm.cli.process import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -51,7 +53,6 @@ from trio_ccm.cli import (
     usage_error,
     watch_signals,
 )
-from trio_ccm.cli.flags import parse_flags
 from trio_ccm.cli.stalls import StallWatch
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.cloud.registry import load_provider
@@ -67,7 +68,7 @@ from trio_ccm_testbed.testbed import NODE_LEASE_S, Census, Fleet, Testbed
 if TYPE_CHECKING:
     from trio_ccm_testbed.aws import MotoServer
 
-__all__ = ["main", "run_apiserver", "run_demo", "run_testbed"]
+__all__ = ["run_apiserver", "run_demo", "run_testbed"]
 
 _CLEANUP_S: Final = 5.0  # deadline of shielded cleanup at the end of the demo
 _KUBECTL_TIMEOUT_S: Final = 20.0
@@ -76,16 +77,6 @@ AWS_CLUSTER_ID: Final = "kubernetes"
 _NEEDS_MOTO: Final = (
     "--cloud=aws runs moto in-process, which is not installed: pip install 'trio-ccm[aws-testbed]'"
 )
-
-
-def main(argv: Sequence[str]) -> int:
-    """Run `trio-ccm COMMAND ...`; `argv` starts with the command name."""
-    commands: dict[str, Callable[[Sequence[str]], int]] = {
-        "apiserver": run_apiserver,
-        "testbed": run_testbed,
-        "demo": run_demo,
-    }
-    return commands[argv[0]](argv[1:])
 
 
 def _is_loopback(host: str) -> bool:
@@ -213,6 +204,7 @@ def _load_rbac(server: ApiServer, files: Sequence[str]) -> str | None:
 
 
 def run_apiserver(argv: Sequence[str]) -> int:
+    """`trio-ccm apiserver ARGS`: the Kubernetes API emulator, standalone, until a signal."""
     args = _apiserver_parser().parse_args(argv)
     if not _is_loopback(args.host):
         return _fail(
@@ -503,6 +495,7 @@ def _check_listener_args(args: argparse.Namespace, command: str) -> str | None:
 
 
 def run_testbed(argv: Sequence[str]) -> int:
+    """`trio-ccm testbed ARGS`: the emulator, a cloud and N simulated kubelets."""
     args = _testbed_parser().parse_args(argv)
     problem = _check_listener_args(args, "testbed")
     if problem:
@@ -740,6 +733,7 @@ async def _kubectl(kubeconfig: Path, *what: str) -> str | None:
 
 
 def run_demo(argv: Sequence[str]) -> int:
+    """`trio-ccm demo ARGS [-- CCM FLAGS]`: a testbed and the CCM in one process."""
     own, ccm_flags = _split_at_dashes(argv)
     args = _demo_parser().parse_args(own)
     problem = _check_listener_args(args, "demo")
