@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_ccm_testbed.apiserver.selectors import (
+from trio_ccm_testbed.apiserver.selector import (
     FieldRequirement,
     FieldSelector,
     LabelSelector,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trio_ccm_testbed.apiserver import errors, gc
+from trio_ccm_testbed.apiserver import errors, garbage
 from trio_ccm_testbed.apiserver import fielderrors as fe
 from trio_ccm_testbed.apiserver import patch as patches
 from trio_ccm_testbed.apiserver.errors import ApiError
@@ -138,7 +138,7 @@ class Registry:
         self.token_issuer = token_issuer
         self.schema = schema or load_schema()
         self.fields = FieldManager(self.schema, store.now)
-        self.gc = gc.GarbageCollector(self)
+        self.gc = garbage.GarbageCollector(self)
 
     def shape(self, rtype: ResourceType) -> Shape:
         """The schema of a kind's objects (in the form of `rtype`'s group-version)."""
@@ -560,10 +560,10 @@ class Registry:
         *,
         preconditions: Preconditions | None = None,
         dry_run: bool = False,
-        policy: str = gc.BACKGROUND,
+        policy: str = garbage.BACKGROUND,
     ) -> Obj:
         """Delete an object: at once, or (with finalizers, or a Foreground/Orphan policy)
-        by marking it deleting until its finalizers are gone (see `gc.py`)."""
+        by marking it deleting until its finalizers are gone (see `garbage.py`)."""
         preconditions = preconditions or Preconditions()
         stype = self.stored_type(rtype)
         current = self.store.get(stype, namespace, name)
@@ -591,7 +591,10 @@ class Registry:
             return current.obj
         if rtype.kind == "Namespace":
             return self._delete_namespace(stype, current, dry_run)
-        added = {gc.FOREGROUND: gc.FOREGROUND_FINALIZER, gc.ORPHAN: gc.ORPHAN_FINALIZER}
+        added = {
+            garbage.FOREGROUND: garbage.FOREGROUND_FINALIZER,
+            garbage.ORPHAN: garbage.ORPHAN_FINALIZER,
+        }
         extra = [added[policy]] if policy in added else []
         if meta.get("finalizers") or extra:
             deleting = self._mark_deleting(stype, current, dry_run, extra)

@@ -27,7 +27,7 @@ import yaml
 
 from trio_ccm._version import __version__
 from trio_ccm_testbed._http import Body, Refused, Request, Response, StreamAborted
-from trio_ccm_testbed.apiserver import bodies, discovery, errors, gc, openapi, tables, tokens
+from trio_ccm_testbed.apiserver import bodies, discovery, errors, garbage, openapi, tables, tokens
 from trio_ccm_testbed.apiserver import fielderrors as fe
 from trio_ccm_testbed.apiserver.auth import (
     ANONYMOUS,
@@ -51,7 +51,7 @@ from trio_ccm_testbed.apiserver.kinds import (
 from trio_ccm_testbed.apiserver.protobuf import Decoder
 from trio_ccm_testbed.apiserver.registry import Registry, Write
 from trio_ccm_testbed.apiserver.schema import load_schema
-from trio_ccm_testbed.apiserver.selectors import (
+from trio_ccm_testbed.apiserver.selector import (
     FieldSelector,
     LabelSelector,
     SelectorError,
@@ -671,10 +671,16 @@ class ApiServer:
                     "orphanDependents and deletionPropagation cannot be both set",
                 )
             )
-        if policy is not None and policy not in (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN):
+        if policy is not None and policy not in (
+            garbage.FOREGROUND,
+            garbage.BACKGROUND,
+            garbage.ORPHAN,
+        ):
             errs.append(
                 fe.not_supported(
-                    "propagationPolicy", policy, (gc.FOREGROUND, gc.BACKGROUND, gc.ORPHAN, "nil")
+                    "propagationPolicy",
+                    policy,
+                    (garbage.FOREGROUND, garbage.BACKGROUND, garbage.ORPHAN, "nil"),
                 )
             )
         if any(value != "All" for value in dry_run):
@@ -682,7 +688,7 @@ class ApiServer:
         if errs:
             raise errors.invalid("DeleteOptions", "meta.k8s.io", "", errs)
         if policy is None:
-            policy = gc.ORPHAN if orphan else gc.BACKGROUND
+            policy = garbage.ORPHAN if orphan else garbage.BACKGROUND
         pre = body.get("preconditions") or {}
         return DeleteOptions(
             Preconditions(uid=pre.get("uid"), resource_version=pre.get("resourceVersion")),

@@ -24,7 +24,7 @@ import trio
 from trio_ccm_testbed.apiserver import errors
 from trio_ccm_testbed.apiserver.errors import ApiError
 from trio_ccm_testbed.apiserver.fielderrors import FieldError, forbidden, not_supported, required
-from trio_ccm_testbed.apiserver.selectors import FieldSelector, LabelSelector
+from trio_ccm_testbed.apiserver.selector import FieldSelector, LabelSelector
 
 if TYPE_CHECKING:
     from trio_ccm_testbed.apiserver.kinds import ResourceType

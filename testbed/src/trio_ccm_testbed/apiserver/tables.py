@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trio_ccm_testbed.apiserver.schema import load_schema
-from trio_ccm_testbed.apiserver.selectors import SelectorError, label_selector_from_object
+from trio_ccm_testbed.apiserver.selector import SelectorError, label_selector_from_object
 
 Obj = dict[str, Any]
 # name, type, priority, description: a text, or (definition, field) whose schema

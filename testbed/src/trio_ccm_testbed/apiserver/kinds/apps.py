@@ -22,7 +22,7 @@ from trio_ccm_testbed.apiserver.kinds.base import (
 )
 from trio_ccm_testbed.apiserver.kinds.core import PodStrategy
 from trio_ccm_testbed.apiserver.patch import MergeList
-from trio_ccm_testbed.apiserver.selectors import SelectorError, label_selector_from_object
+from trio_ccm_testbed.apiserver.selector import SelectorError, label_selector_from_object
 
 _DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 _DEPLOYMENT_STRATEGIES = ("Recreate", "RollingUpdate")
