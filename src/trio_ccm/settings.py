@@ -275,12 +275,6 @@ def controller_token_message(flag: str, value: str, token: str) -> str:
     )
 
 
-def _rewrite_alias(token: str, aliases: Mapping[str, str]) -> str:
-    if token.startswith("-"):
-        return "-" + aliases.get(token[1:], token[1:])
-    return aliases.get(token, token)
-
-
 def _redact_userinfo(url: str) -> str:
     """`url` with any `user:password@` before the host replaced by `REDACTED@`."""
     start = url.find("://")
