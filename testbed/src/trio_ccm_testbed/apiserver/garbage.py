@@ -23,15 +23,14 @@ when handling it causes more (a queue drained by the outermost call).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from trio_ccm_testbed.apiserver.store import Obj, Stored, clone
+from trio_ccm_testbed.apiserver.store import Obj, Store, Stored, clone
 
 if TYPE_CHECKING:
     from trio_ccm_testbed.apiserver.kinds import ResourceType
-    from trio_ccm_testbed.apiserver.registry import Registry
 
 FOREGROUND, BACKGROUND, ORPHAN = "Foreground", "Background", "Orphan"
 FOREGROUND_FINALIZER = "foregroundDeletion"
@@ -47,11 +46,25 @@ class _Event:
     key: tuple[str, str, str] = ("", "", "")  # storage name, namespace, name
 
 
-class GarbageCollector:
-    """Follows ownerReferences when objects are deleted (see the module docstring)."""
+class Delete(Protocol):
+    """The registry's delete, as the collector calls it."""
 
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+    def __call__(self, rtype: ResourceType, namespace: str, name: str, *, policy: str) -> Obj: ...
+
+
+Update = Callable[["ResourceType", str, str, Obj], object]
+"""The registry's update as the collector's field manager (`GC_MANAGER`)."""
+
+
+class GarbageCollector:
+    """Follows ownerReferences when objects are deleted (see the module docstring). The
+    registry that owns it hands it the store and its two writes, so this module knows
+    nothing of the registry (no import loop)."""
+
+    def __init__(self, store: Store, *, delete: Delete, update: Update) -> None:
+        self.store = store
+        self._delete = delete
+        self._write = update
         self._queue: deque[_Event] = deque()
         self._running = False
         # Owners deleting in the foreground, by uid: (storage name, namespace, name).
@@ -99,7 +112,7 @@ class GarbageCollector:
         """Objects with an ownerReference to `uid` (in `namespace`, or anywhere for a
         cluster-scoped owner)."""
         for stype in self._stored_types():
-            storage = self.registry.store.storage(stype)
+            storage = self.store.storage(stype)
             for (ns, _), stored in list(storage.objects.items()):
                 if namespace and ns != namespace:
                     continue
@@ -108,7 +121,7 @@ class GarbageCollector:
                     yield stype, stored
 
     def _stored_types(self) -> list[ResourceType]:
-        return [t for t in self.registry.store.types.values() if t.to_external is None]
+        return [t for t in self.store.types.values() if t.to_external is None]
 
     def _owner_state(self, ref: dict[str, Any], namespace: str) -> str:
         """ "alive", "waiting" (deleting in the foreground) or "gone"."""
@@ -123,7 +136,7 @@ class GarbageCollector:
         )
         if rtype is None:
             return "alive"  # a kind the emulator does not serve cannot be checked
-        found = self.registry.store.lookup(
+        found = self.store.lookup(
             rtype, namespace if rtype.namespaced else "", str(ref.get("name", ""))
         )
         if found is None or found.obj["metadata"].get("uid") != ref.get("uid"):
@@ -134,7 +147,7 @@ class GarbageCollector:
 
     def _collect(self, stype: ResourceType, stored: Stored) -> None:
         """A dependent of a gone owner: delete it, or drop its references to gone owners."""
-        current = self.registry.store.lookup(
+        current = self.store.lookup(
             stype, stored.obj["metadata"].get("namespace", ""), stored.obj["metadata"]["name"]
         )
         if current is None:
@@ -155,11 +168,11 @@ class GarbageCollector:
         policy = BACKGROUND
         if "waiting" in states and any(True for _ in self._dependents(meta["uid"], namespace)):
             policy = FOREGROUND
-        self.registry.delete(stype, namespace, meta["name"], policy=policy)
+        self._delete(stype, namespace, meta["name"], policy=policy)
 
     def _finalize(self, event: _Event) -> None:
         stype = next(t for t in self._stored_types() if t.storage_name == event.key[0])
-        owner = self.registry.store.lookup(stype, event.key[1], event.key[2])
+        owner = self.store.lookup(stype, event.key[1], event.key[2])
         if owner is None:
             return
         finalizers = owner.obj["metadata"].get("finalizers") or []
@@ -204,7 +217,7 @@ class GarbageCollector:
     def _drop_finalizer(
         self, stype: ResourceType, key: tuple[str, str, str], finalizer: str
     ) -> None:
-        current = self.registry.store.lookup(stype, key[1], key[2])
+        current = self.store.lookup(stype, key[1], key[2])
         if current is None:
             return
         new = clone(current.obj)
@@ -213,13 +226,5 @@ class GarbageCollector:
         self._update(stype, current, new)
 
     def _update(self, stype: ResourceType, stored: Stored, new: Obj) -> None:
-        from trio_ccm_testbed.apiserver.registry import Write
-
         meta = new["metadata"]
-        self.registry.update(
-            stype,
-            meta.get("namespace", ""),
-            meta["name"],
-            new,
-            write=Write(manager=GC_MANAGER),
-        )
+        self._write(stype, meta.get("namespace", ""), meta["name"], new)

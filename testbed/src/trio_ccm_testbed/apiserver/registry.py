@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from trio_ccm_testbed.apiserver import errors, garbage
@@ -138,7 +139,11 @@ class Registry:
         self.token_issuer = token_issuer
         self.schema = schema or load_schema()
         self.fields = FieldManager(self.schema, store.now)
-        self.gc = garbage.GarbageCollector(self)
+        self.gc = garbage.GarbageCollector(
+            store,
+            delete=self.delete,
+            update=partial(self.update, write=Write(manager=garbage.GC_MANAGER)),
+        )
 
     def shape(self, rtype: ResourceType) -> Shape:
         """The schema of a kind's objects (in the form of `rtype`'s group-version)."""

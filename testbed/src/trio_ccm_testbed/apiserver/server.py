@@ -73,6 +73,7 @@ from trio_ccm_testbed.apiserver.store import (
     parse_rv,
     utc_now,
 )
+from trio_ccm_testbed.apiserver.transport import ApiServerTransport
 
 JSON_TYPE = "application/json"
 YAML_TYPE = "application/yaml"
@@ -269,11 +270,9 @@ class ApiServer:
     def load_manifest_text(self, text: str) -> list[Obj]:
         return self.apply_objects(list(yaml.safe_load_all(text)))
 
-    def transport(self) -> Any:
+    def transport(self) -> ApiServerTransport:
         """An httpx transport that reaches this server without sockets."""
-        from trio_ccm_testbed.apiserver.transport import ApiServerTransport
-
-        return ApiServerTransport(self)
+        return ApiServerTransport(self.handle)
 
     # -- handling ---------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:

@@ -7,17 +7,9 @@ An injected outage raises `httpx.ConnectError`; an aborted watch, `httpx.ReadErr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from trio_ccm_testbed._http import InProcessTransport
-
-if TYPE_CHECKING:
-    from trio_ccm_testbed.apiserver.server import ApiServer
 
 
 class ApiServerTransport(InProcessTransport):
-    """`httpx.AsyncClient(transport=server.transport(), base_url="http://emulator")`."""
-
-    def __init__(self, server: ApiServer) -> None:
-        super().__init__(server.handle)
-        self.server = server
+    """`httpx.AsyncClient(transport=server.transport(), base_url="http://emulator")`:
+    `ApiServer.transport()` builds one around its handler (this module knows no server)."""

@@ -32,6 +32,7 @@ from trio_ccm_testbed.cloud.model import (
     LoadBalancer,
     LoadBalancerPort,
 )
+from trio_ccm_testbed.cloud.transport import SimCloudTransport
 
 if TYPE_CHECKING:
     import httpx
@@ -130,9 +131,7 @@ class SimCloud:
     # -- front doors ------------------------------------------------------------------
     def transport(self) -> httpx.AsyncBaseTransport:
         """An httpx transport reaching this cloud without sockets (works under MockClock)."""
-        from trio_ccm_testbed.cloud.transport import SimCloudTransport
-
-        return SimCloudTransport(self)
+        return SimCloudTransport(self.handle)
 
     # -- instances: Python API --------------------------------------------------------
     def add_instance(

@@ -7,12 +7,8 @@ inside the core, and cancelling the caller cancels the call (logged with status 
 from __future__ import annotations
 
 from trio_ccm_testbed._http import InProcessTransport
-from trio_ccm_testbed.cloud.server import SimCloud
 
 
 class SimCloudTransport(InProcessTransport):
-    """`httpx.AsyncClient(transport=cloud.transport(), base_url="http://sim-cloud")`."""
-
-    def __init__(self, cloud: SimCloud) -> None:
-        super().__init__(cloud.handle)
-        self.cloud = cloud
+    """`httpx.AsyncClient(transport=cloud.transport(), base_url="http://sim-cloud")`:
+    `SimCloud.transport()` builds one around its handler (this module knows no cloud)."""
