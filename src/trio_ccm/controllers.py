@@ -24,19 +24,16 @@
 from __future__ import annotations
 
 from trio_ccm.actors.backoff import Backoff
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
 from trio_ccm.actors.passes import Wake, serve_passes
 from trio_ccm.actors.views import (
     has_taint,
     node_info,
-    node_ref,
     service_info,
-    service_ref,
     taints_json,
 )
 from trio_ccm.kube.client import ConflictError, KubeClient, KubeError, NotFoundError
-from trio_ccm.kube.events import NORMAL, WARNING
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import (
@@ -85,28 +82,3 @@ __all__ = [
     "taints_json",
     "warn",
 ]
-
-
-def info(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
-    """Record a Normal Event about `obj` (reason in CamelCase, e.g. `ZoneLabelled`)."""
-    _event(ctx, obj, NORMAL, reason, message)
-
-
-def warn(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
-    """Record a Warning Event about `obj`; the message should name the problem and the fix."""
-    _event(ctx, obj, WARNING, reason, message)
-
-
-def _event(
-    ctx: ControllerContext, obj: Node | Service, type_: str, reason: str, message: str
-) -> None:
-    if isinstance(obj, Node):
-        ref = node_ref(obj)
-    elif isinstance(obj, Service):
-        ref = service_ref(obj)
-    else:
-        raise TypeError(
-            f"Events are recorded about a Node or a Service from the caches, not "
-            f"{type(obj).__name__}; pass message.obj (or message.last)"
-        )
-    ctx.events.event(ref, type_, reason, message)

@@ -35,11 +35,11 @@ import prometheus_client
 import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
 from trio_ccm.actors.passes import serve_passes
-from trio_ccm.actors.views import has_taint, node_addresses, node_info, node_ref, taints_json
+from trio_ccm.actors.views import has_taint, node_addresses, node_info, taints_json
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
@@ -347,7 +347,7 @@ class _Term:
         if age is not None:
             self.metrics.taint_removal_delay.observe(age)
             self.metrics.initial_sync_delay.observe(age)
-        self.ctx.events.normal(node_ref(node), REASON_SYNCED, "Node synced successfully")
+        info(self.ctx, node, reason=REASON_SYNCED, message="Node synced successfully")
         log.info(
             "node.initialized",
             node=name,
@@ -375,7 +375,7 @@ class _Term:
         """One Warning Event and one log line; no retry until the Node changes."""
         name = node.metadata.name
         self.refused[name] = node.spec.provider_id
-        self.ctx.events.warning(node_ref(node), reason, message)
+        warn(self.ctx, node, reason=reason, message=message)
         log.warning("node.refused", node=name, reason=reason, message=message)
 
     def labels_for(self, node: Node, metadata: InstanceMetadata) -> dict[str, str]:

@@ -35,9 +35,10 @@ import trio
 
 from trio_ccm.actors.backoff import Backoff
 from trio_ccm.actors.keyed import GracefulCancelScope, Handler, KeyedActors
+from trio_ccm.actors.views import node_ref, service_ref
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.kube.client import KubeClient
-from trio_ccm.kube.events import EventRecorder, utc_now
+from trio_ccm.kube.events import NORMAL, WARNING, EventRecorder, utc_now
 from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.objects import Node, Service
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from trio_ccm.cloud.batching import MetadataBatcher
     from trio_ccm.settings import Settings
 
-__all__ = ["Controller", "ControllerContext", "ControllerSetup", "InformerName"]
+__all__ = ["Controller", "ControllerContext", "ControllerSetup", "InformerName", "info", "warn"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -121,3 +122,32 @@ class ControllerContext:
         )
         self.managers.append(actors)  # type: ignore[arg-type]  # registered for stats only
         return actors
+
+
+# -- Events: the one way every controller records them -------------------------------------
+# The built-in controllers and extra ones (re-exported as `trio_ccm.controllers.info`/`warn`)
+# alike: the involved object is the cached Node or Service, the source is the controller's
+# recorder (its `event_component`), with client-go's spam filter and aggregation.
+def info(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
+    """Record a Normal Event about `obj` (reason in CamelCase, e.g. `ZoneLabelled`)."""
+    _event(ctx, obj, NORMAL, reason, message)
+
+
+def warn(ctx: ControllerContext, obj: Node | Service, *, reason: str, message: str) -> None:
+    """Record a Warning Event about `obj`; the message should name the problem and the fix."""
+    _event(ctx, obj, WARNING, reason, message)
+
+
+def _event(
+    ctx: ControllerContext, obj: Node | Service, type_: str, reason: str, message: str
+) -> None:
+    if isinstance(obj, Node):
+        ref = node_ref(obj)
+    elif isinstance(obj, Service):
+        ref = service_ref(obj)
+    else:
+        raise TypeError(
+            f"Events are recorded about a Node or a Service from the caches, not "
+            f"{type(obj).__name__}; pass message.obj (or message.last)"
+        )
+    ctx.events.event(ref, type_, reason, message)

@@ -29,9 +29,8 @@ import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info
 from trio_ccm.actors.keyed import Message
-from trio_ccm.actors.views import node_ref
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
 from trio_ccm.kube.client import InvalidError, KubeError, NotFoundError
@@ -322,10 +321,11 @@ class _Allocator:
         name = node.metadata.name
         first = self.range_full.failures(name) == 0
         delay = self.range_full.next_delay(name)
-        self.ctx.events.normal(
-            node_ref(node),
-            REASON_CIDR_NOT_AVAILABLE,
-            f"Node {name} status is now: {REASON_CIDR_NOT_AVAILABLE}",
+        info(
+            self.ctx,
+            node,
+            reason=REASON_CIDR_NOT_AVAILABLE,
+            message=f"Node {name} status is now: {REASON_CIDR_NOT_AVAILABLE}",
         )
         message = (
             f"Node {name}: the cluster CIDR {cidr_set.cluster} has no free "
@@ -415,10 +415,11 @@ class _Allocator:
             self.hold(current, have)
             return
         self.forget(name, "writing them to the Node failed")
-        self.ctx.events.normal(
-            node_ref(node),
-            REASON_CIDR_ASSIGNMENT_FAILED,
-            f"Node {name} status is now: {REASON_CIDR_ASSIGNMENT_FAILED}",
+        info(
+            self.ctx,
+            node,
+            reason=REASON_CIDR_ASSIGNMENT_FAILED,
+            message=f"Node {name} status is now: {REASON_CIDR_ASSIGNMENT_FAILED}",
         )
         raise CcmError(
             f"Node {name}: writing spec.podCIDRs {texts} failed after "

@@ -29,9 +29,9 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
-from trio_ccm.actors.controller import Controller, ControllerContext
+from trio_ccm.actors.controller import Controller, ControllerContext, info, warn
 from trio_ccm.actors.passes import serve_passes
-from trio_ccm.actors.views import has_taint, node_info, node_ref, taints_json
+from trio_ccm.actors.views import has_taint, node_info, taints_json
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
@@ -205,11 +205,11 @@ class _Term:
 
     async def delete(self, node: Node) -> None:
         name = node.metadata.name
-        ref = node_ref(node)
-        self.ctx.events.normal(
-            ref,
-            REASON_DELETING_NODE,
-            f"Deleting node {name} because it does not exist in the cloud provider",
+        info(
+            self.ctx,
+            node,
+            reason=REASON_DELETING_NODE,
+            message=f"Deleting node {name} because it does not exist in the cloud provider",
         )
         try:
             await self.ctx.kube.delete(NODES, name, uid=node.metadata.uid or None)
@@ -219,8 +219,11 @@ class _Term:
             log.info("node.delete-skipped", node=name, reason="re-registered with a new uid")
             return
         except KubeError as exc:
-            self.ctx.events.warning(
-                ref, REASON_DELETING_NODE_FAILED, f"Error deleting node {name}: {exc}"
+            warn(
+                self.ctx,
+                node,
+                reason=REASON_DELETING_NODE_FAILED,
+                message=f"Error deleting node {name}: {exc}",
             )
             log.warning("node.delete-failed", node=name, error=str(exc))
             return

@@ -26,9 +26,9 @@ from typing import Final, Literal
 import prometheus_client
 import trio
 
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, warn
 from trio_ccm.actors.passes import Wake, serve_passes
-from trio_ccm.actors.views import node_addresses, node_ref
+from trio_ccm.actors.views import node_addresses
 from trio_ccm.base.govalues import format_duration
 from trio_ccm.base.mailbox import MailboxReader
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
@@ -348,7 +348,7 @@ class _Term:
                 f"Could not create route {hint} {route.destination_cidr} for node {name} "
                 f"after {elapsed}: {exc}"
             )
-            self.ctx.events.warning(node_ref(node), REASON_FAILED_TO_CREATE_ROUTE, message)
+            warn(self.ctx, node, reason=REASON_FAILED_TO_CREATE_ROUTE, message=message)
             log.warning(
                 "route.create-failed", node=name, cidr=route.destination_cidr, error=str(exc)
             )
