@@ -33,7 +33,8 @@ from trio_ccm.actors.views import (
     service_info,
     taints_json,
 )
-from trio_ccm.kube.client import ConflictError, KubeClient, KubeError, NotFoundError
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.errors import ConflictError, KubeError, NotFoundError
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import (

@@ -1,4 +1,38 @@
-"""The one exception root of trio-ccm. Every error we raise on purpose derives from CcmError."""
+"""The one exception root of trio-ccm. Every error we raise on purpose derives from CcmError.
+
+The tree, drawn once (tests/unit/test_errors_tree.py holds it to the code); each provider
+adds its own subtree in its package (`trio_ccm.cloud.aws.errors`, `trio_ccm.cloud.sim.errors`):
+
+    CcmError                          trio_ccm.errors
+    ├── ConfigError                   bad flags, kubeconfig or cloud-config (names the source)
+    │   └── FlagError                 trio_ccm.settings: a rejected command line
+    ├── RetryAfter                    retry after exactly .delay_s
+    ├── NotLeadingError               this replica's Lease ran out by its own clock
+    ├── LeaseLostError                trio_ccm.kube.leader: leadership lost, asked to stop
+    ├── KubeError                     trio_ccm.kube.errors: talking to the API server
+    │   ├── KubeConnectionError
+    │   ├── KubeDecodeError
+    │   └── KubeApiError              an error Status
+    │       ├── BadRequestError
+    │       ├── UnauthorizedError
+    │       ├── ForbiddenError
+    │       ├── NotFoundError
+    │       ├── ConflictError
+    │       ├── AlreadyExistsError
+    │       ├── GoneError
+    │       ├── InvalidError
+    │       ├── TooManyRequestsError
+    │       └── ServerError
+    ├── InstanceNotFoundError         trio_ccm.cloud.provider: what providers raise
+    ├── InvalidProviderIDError
+    ├── ServiceRefused
+    ├── ImplementedElsewhere
+    ├── ThrottledError
+    ├── OutcomeUnknownError
+    ├── AddressError                  trio_ccm.actors.node_addresses
+    ├── NoCidrLeftError               trio_ccm.actors.cidr_set
+    └── CidrOutOfRangeError
+"""
 
 from __future__ import annotations
 

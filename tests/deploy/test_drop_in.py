@@ -42,8 +42,9 @@ from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cli.flags import parse_flags, usage
 from trio_ccm.cloud.registry import available_providers
 from trio_ccm.cloud.sim import SimProvider
-from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
+from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import load_config
+from trio_ccm.kube.errors import NotFoundError
 from trio_ccm.kube.objects import LEASES, NODES, Node
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.settings import Settings

@@ -28,8 +28,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from trio_ccm.cloud.sim import SimProvider, provider_id
-from trio_ccm.kube.client import ForbiddenError, error_from_response
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.errors import ForbiddenError, error_from_response
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.factories import TAINT_UNINITIALIZED, make_node

@@ -19,8 +19,9 @@ import httpx
 import trio
 
 from tests.helpers.processes import CLI, Lines, initialised, poll_until, running
-from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
+from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import load_config
+from trio_ccm.kube.errors import NotFoundError
 from trio_ccm.kube.objects import LEASES
 from trio_ccm_testbed.cloud import write_cloud_config
 

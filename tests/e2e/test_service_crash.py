@@ -32,8 +32,9 @@ import httpx
 import trio
 
 from tests.helpers.processes import CLI, Lines, poll_until, running
-from trio_ccm.kube.client import KubeClient, NotFoundError, open_kube_client
+from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import load_config
+from trio_ccm.kube.errors import NotFoundError
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.kube.patches import MERGE, Patch
 from trio_ccm.testing.factories import make_service

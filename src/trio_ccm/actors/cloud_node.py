@@ -51,7 +51,7 @@ from trio_ccm.cloud.provider import (
     NodeAddress,
 )
 from trio_ccm.errors import CcmError
-from trio_ccm.kube.client import KubeError, NotFoundError
+from trio_ccm.kube.errors import KubeError, NotFoundError
 from trio_ccm.kube.informer import Gone, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses

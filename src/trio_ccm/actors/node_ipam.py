@@ -33,7 +33,7 @@ from trio_ccm.actors.controller import Controller, ControllerContext, Controller
 from trio_ccm.actors.keyed import Message
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
-from trio_ccm.kube.client import InvalidError, KubeError, NotFoundError
+from trio_ccm.kube.errors import InvalidError, KubeError, NotFoundError
 from trio_ccm.kube.informer import Gone
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import set_pod_cidrs

@@ -41,7 +41,7 @@ from trio_ccm.cloud.provider import (
     InvalidProviderIDError,
     NodeInfo,
 )
-from trio_ccm.kube.client import ConflictError, KubeError, NotFoundError
+from trio_ccm.kube.errors import ConflictError, KubeError, NotFoundError
 from trio_ccm.kube.informer import CHECKPOINT_EVERY, Changed, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import JSONValue, add_taint, remove_taint

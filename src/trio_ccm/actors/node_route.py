@@ -33,7 +33,7 @@ from trio_ccm.base.govalues import format_duration
 from trio_ccm.base.mailbox import MailboxReader
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
-from trio_ccm.kube.client import KubeError, NotFoundError
+from trio_ccm.kube.errors import KubeError, NotFoundError
 from trio_ccm.kube.events import timestamp
 from trio_ccm.kube.informer import Changed, Update
 from trio_ccm.kube.objects import NODES, Node

@@ -64,7 +64,7 @@ from trio_ccm.cloud.provider import (
     inventory,
 )
 from trio_ccm.errors import CcmError
-from trio_ccm.kube.client import NotFoundError
+from trio_ccm.kube.errors import NotFoundError
 from trio_ccm.kube.informer import Changed, Gone, Update
 from trio_ccm.kube.objects import (
     SERVICES,

@@ -27,13 +27,8 @@ from typing import NoReturn, TypeVar
 
 import trio
 
-from trio_ccm.kube.client import (
-    AlreadyExistsError,
-    KubeApiError,
-    KubeClient,
-    KubeError,
-    NotFoundError,
-)
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.errors import AlreadyExistsError, KubeApiError, KubeError, NotFoundError
 from trio_ccm.kube.objects import EVENTS, Object, Resource
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.logs import get_logger

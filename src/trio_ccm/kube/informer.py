@@ -44,7 +44,8 @@ from msgspec.structs import astuple
 
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.base.pacing import Paced
-from trio_ccm.kube.client import GoneError, KubeClient, KubeDecodeError, KubeError
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.errors import GoneError, KubeDecodeError, KubeError
 from trio_ccm.kube.objects import Object, Resource, WatchEvent, share_unchanged
 from trio_ccm.logs import get_logger
 

@@ -50,7 +50,8 @@ import trio
 
 from trio_ccm.base.observable import AsyncValue
 from trio_ccm.errors import CcmError, ConfigError
-from trio_ccm.kube.client import ForbiddenError, KubeClient, KubeError, NotFoundError
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.errors import ForbiddenError, KubeError, NotFoundError
 from trio_ccm.kube.events import EventRecorder, ObjectRef, utc_now
 from trio_ccm.kube.metrics import LeaderMetrics
 from trio_ccm.kube.objects import LEASES, Lease, LeaseSpec, resource_version_number

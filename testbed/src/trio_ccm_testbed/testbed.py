@@ -62,13 +62,9 @@ import structlog
 import trio
 
 from trio_ccm.cloud.sim.instances import provider_id
-from trio_ccm.kube.client import (
-    AlreadyExistsError,
-    KubeClient,
-    KubeError,
-    NotFoundError,
-)
+from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.errors import AlreadyExistsError, KubeError, NotFoundError
 from trio_ccm.kube.objects import EVENTS, LEASES, NODES, SERVICES, Event, Node, Service
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm.kube.wellknown import (

@@ -11,19 +11,18 @@ import trio
 import trio.testing
 
 from trio_ccm.kube import patches
-from trio_ccm.kube.client import (
+from trio_ccm.kube.client import KubeClient, open_kube_client
+from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials
+from trio_ccm.kube.errors import (
     AlreadyExistsError,
     ConflictError,
     GoneError,
     InvalidError,
-    KubeClient,
     KubeConnectionError,
     NotFoundError,
     ServerError,
     TooManyRequestsError,
-    open_kube_client,
 )
-from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials
 from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.testing.harness import emulator_connection

@@ -19,7 +19,8 @@ import trio.testing
 
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube import patches
-from trio_ccm.kube.client import KubeDecodeError, open_kube_client
+from trio_ccm.kube.client import open_kube_client
+from trio_ccm.kube.errors import KubeDecodeError
 from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.testing import (
