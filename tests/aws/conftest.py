@@ -1,6 +1,16 @@
 """Fixtures of the aws tests: one moto server for the session (reset per test), a cluster
 built on it, the aws provider pointed at it, and the emulator beside it (their plumbing is
-`tests/helpers/aws.py`)."""
+`tests/helpers/aws.py`).
+
+Time policy of this suite (the exception to the house's MockClock rule, and its limits):
+- A test that talks to moto runs on real time: moto answers from its own thread over
+  loopback, which `trio.testing.MockClock` cannot drive. Each such test is bounded by
+  `trio.fail_after(...)` and waits on conditions (a watch on the emulator, `Cluster.wait_for`,
+  or a short poll inside that deadline), never on a fixed sleep standing in for a wait.
+- A test with no moto in it (credential refresh, IMDS and codec rules) runs under
+  `autojump_clock` (MockClock), so its timing logic is deterministic.
+- Timing is never asserted: how long a call took belongs in bench/aws.py.
+"""
 
 from __future__ import annotations
 

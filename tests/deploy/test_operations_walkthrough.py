@@ -35,6 +35,7 @@ def walkthrough() -> str:
     reason="needs kubectl, curl and bash",
 )
 def test_the_operations_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """docs/operations.md's walkthrough block runs as written and reaches each milestone."""
     script = tmp_path / "walkthrough.sh"
     script.write_text(walkthrough())
     venv_bin = Path(sys.executable).parent

@@ -79,6 +79,7 @@ CIDR_MESSAGE = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
     ],
 )
 def test_error_types(error_type: ErrorType, text: str, reason: str) -> None:
+    """Each field error type carries kube-apiserver's text and StatusCause reason."""
     assert error_type.value == (text, reason)
     assert error_type.text == text
     assert error_type.reason == reason
@@ -149,6 +150,7 @@ def test_error_types(error_type: ErrorType, text: str, reason: str) -> None:
     ],
 )
 def test_error_strings(error: FieldError, expected: str) -> None:
+    """A field error renders as `field: Type: detail`, as field.Error.Error() does."""
     assert str(error) == expected
     assert error.error_body() == expected.split(": ", 1)[1]
 
@@ -183,19 +185,23 @@ def test_error_strings(error: FieldError, expected: str) -> None:
     ],
 )
 def test_bad_value_rendering(value: Any, rendered: str) -> None:
+    """A bad value is quoted the way Go's %#v-like rendering in field errors shows it."""
     assert fe.invalid("f", value, "").error_body() == f"Invalid value: {rendered}"
 
 
 def test_no_value_marker() -> None:
+    """An error without a value says just its type; NO_VALUE with a detail says the detail."""
     assert FieldError(ErrorType.INVALID, "f").error_body() == "Invalid value"
     assert FieldError(ErrorType.INVALID, "f", fe.NO_VALUE, "d").error_body() == "Invalid value: d"
 
 
 def test_go_quote() -> None:
+    """go_quote quotes a string as Go's strconv.Quote does."""
     assert fe.go_quote('web "1"') == '"web \\"1\\""'
 
 
 def test_cause() -> None:  # [api-errors] NewInvalid's StatusCause
+    """A field error becomes NewInvalid's StatusCause, with an empty field left out."""
     error = fe.invalid("spec.ports[0].port", 70000, PORT_RANGE)
     assert error.cause() == {
         "reason": "FieldValueInvalid",
@@ -210,6 +216,7 @@ def test_cause() -> None:  # [api-errors] NewInvalid's StatusCause
 
 
 def test_field_error_is_frozen() -> None:
+    """A FieldError cannot be changed once made."""
     error = fe.required("a")
     with pytest.raises(AttributeError):
         error.field = "b"  # type: ignore[misc]
@@ -219,6 +226,7 @@ def test_field_error_is_frozen() -> None:
 
 
 def test_invalid_message_single() -> None:  # [api-errors] + [aggregate]
+    """One field error makes the `Kind "name" is invalid: ...` message unbracketed."""
     errors = [fe.invalid("spec.ports[0].port", 70000, PORT_RANGE)]
     assert fe.invalid_message("Service", "web", errors) == (
         f'Service "web" is invalid: spec.ports[0].port: Invalid value: 70000: {PORT_RANGE}'
@@ -226,6 +234,7 @@ def test_invalid_message_single() -> None:  # [api-errors] + [aggregate]
 
 
 def test_invalid_message_several_and_duplicates() -> None:
+    """Several field errors are bracketed and a repeated one is shown once."""
     first = fe.required("spec.ports[0].port")
     second = fe.not_supported("spec.type", "X", ["ClusterIP"])
     assert fe.invalid_message("Service", "web", [first, second, first]) == (
@@ -235,6 +244,7 @@ def test_invalid_message_several_and_duplicates() -> None:
 
 
 def test_invalid_message_group_name_quoting_and_no_errors() -> None:
+    """The kind is qualified by its group, the name Go-quoted, and no errors leave no list."""
     error = fe.required("spec.selector")
     assert fe.invalid_message("Deployment", "w\u00e9b", [error], group="apps") == (
         'Deployment.apps "w\u00e9b" is invalid: spec.selector: Required value'
@@ -243,6 +253,7 @@ def test_invalid_message_group_name_quoting_and_no_errors() -> None:
 
 
 def test_aggregate_message() -> None:
+    """Aggregated errors read as upstream's: empty, single, or bracketed, duplicates once."""
     one, two = fe.required("a"), fe.required("b")
     assert fe.aggregate_message([]) == ""
     assert fe.aggregate_message([one]) == "a: Required value"
@@ -266,6 +277,7 @@ def test_aggregate_message() -> None:
     ],
 )
 def test_is_dns1123_subdomain(value: str, messages: list[str]) -> None:
+    """DNS-1123 subdomain validation returns upstream's messages for each bad value."""
     assert fe.is_dns1123_subdomain(value) == messages
 
 
@@ -282,6 +294,7 @@ def test_is_dns1123_subdomain(value: str, messages: list[str]) -> None:
     ],
 )
 def test_is_dns1123_label(value: str, messages: list[str]) -> None:
+    """DNS-1123 label validation returns upstream's messages for each bad value."""
     assert fe.is_dns1123_label(value) == messages
 
 
@@ -295,6 +308,7 @@ def test_is_dns1123_label(value: str, messages: list[str]) -> None:
     ],
 )
 def test_is_dns1035_label(value: str, messages: list[str]) -> None:
+    """DNS-1035 label validation returns upstream's messages for each bad value."""
     assert fe.is_dns1035_label(value) == messages
 
 
@@ -322,6 +336,7 @@ def test_is_dns1035_label(value: str, messages: list[str]) -> None:
     ],
 )
 def test_is_qualified_name(value: str, messages: list[str]) -> None:
+    """Qualified-name validation (prefix/name) returns upstream's messages."""
     assert fe.is_qualified_name(value) == messages
 
 
@@ -339,6 +354,7 @@ def test_is_qualified_name(value: str, messages: list[str]) -> None:
     ],
 )
 def test_is_valid_label_value(value: str, messages: list[str]) -> None:
+    """Label-value validation returns upstream's messages."""
     assert fe.is_valid_label_value(value) == messages
 
 
@@ -365,6 +381,7 @@ def test_is_valid_label_value(value: str, messages: list[str]) -> None:
     ],
 )
 def test_is_valid_ip(value: str, valid: bool) -> None:
+    """IP validation accepts what Go's netip accepts and says upstream's message otherwise."""
     assert fe.is_valid_ip(value) == ([] if valid else [IP_MESSAGE])
 
 
@@ -387,6 +404,7 @@ def test_is_valid_ip(value: str, valid: bool) -> None:
     ],
 )
 def test_is_valid_cidr(value: str, valid: bool) -> None:
+    """CIDR validation accepts what Go's netip accepts and says upstream's message otherwise."""
     assert fe.is_valid_cidr(value) == ([] if valid else [CIDR_MESSAGE])
 
 
@@ -411,6 +429,7 @@ def test_is_valid_cidr(value: str, valid: bool) -> None:
     ],
 )
 def test_validate_labels(labels: Any, expected: list[str]) -> None:
+    """metadata.labels are validated key by key and value by value, as upstream words it."""
     assert [str(e) for e in fe.validate_labels(labels, "metadata.labels")] == expected
 
 
@@ -432,6 +451,7 @@ def test_validate_labels(labels: Any, expected: list[str]) -> None:
     ],
 )
 def test_validate_annotations(annotations: Any, expected: list[str]) -> None:
+    """metadata.annotations are validated by key and by total size, as upstream words it."""
     assert [str(e) for e in fe.validate_annotations(annotations, "metadata.annotations")] == (
         expected
     )
@@ -455,6 +475,7 @@ def test_validate_annotations(annotations: Any, expected: list[str]) -> None:
     ],
 )
 def test_validate_finalizers(finalizers: Any, expected: list[str]) -> None:
+    """metadata.finalizers are validated as qualified names, as upstream words it."""
     assert [str(e) for e in fe.validate_finalizers(finalizers, "metadata.finalizers")] == expected
 
 
@@ -469,5 +490,6 @@ def test_validate_finalizers(finalizers: Any, expected: list[str]) -> None:
     ],
 )
 def test_validators_refuse_undecodable_shapes(validator: Any, value: Any) -> None:
+    """A validator handed a shape the decoder would have refused raises TypeError."""
     with pytest.raises(TypeError):
         validator(value, "metadata.x")

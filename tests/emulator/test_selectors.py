@@ -101,10 +101,12 @@ GT_LT_INTEGER = "for 'Gt', 'Lt' operators, the value must be an integer"
     ],
 )
 def test_parse_label_selector_canonical_form(text: str, canonical: str) -> None:
+    """A parsed label selector prints in upstream's canonical (sorted) form."""
     assert str(parse_label_selector(text)) == canonical
 
 
 def test_empty_label_selector_selects_everything() -> None:
+    """The empty label selector is empty and matches any labels."""
     selector = parse_label_selector("")
     assert selector.empty
     assert selector == LabelSelector()
@@ -114,12 +116,14 @@ def test_empty_label_selector_selects_everything() -> None:
 
 
 def test_label_selector_is_immutable() -> None:
+    """A LabelSelector cannot be changed once parsed."""
     selector = parse_label_selector("a=b")
     with pytest.raises(AttributeError):
         selector.requirements = ()  # type: ignore[misc]
 
 
 def test_parsed_requirements() -> None:
+    """Requirements come out sorted by key, with set values sorted."""
     requirements = parse_label_selector("b in (y,x),a!=1,!c,d").requirements
     assert [(r.key, r.operator, r.values) for r in requirements] == [
         ("a", "!=", ("1",)),
@@ -171,10 +175,12 @@ def test_parsed_requirements() -> None:
     ],
 )
 def test_label_selector_matches(text: str, labels: dict[str, str], expected: bool) -> None:
+    """Each operator matches labels as upstream's labels.Selector does."""
     assert parse_label_selector(text).matches(labels) is expected
 
 
 def test_requires_exact_match() -> None:
+    """requires_exact_match names the one value a key must have, or None."""
     assert parse_label_selector("a=b,c").requires_exact_match("a") == "b"
     assert parse_label_selector("a in (b)").requires_exact_match("a") == "b"
     assert parse_label_selector("a in (b,c)").requires_exact_match("a") is None
@@ -266,6 +272,7 @@ def test_requires_exact_match() -> None:
     ],
 )
 def test_parse_label_selector_errors(text: str, message: str) -> None:
+    """A bad label selector raises SelectorError (a ValueError) with upstream's message."""
     with pytest.raises(SelectorError) as caught:
         parse_label_selector(text)
     assert caught.value.message == message
@@ -277,6 +284,7 @@ def test_parse_label_selector_errors(text: str, message: str) -> None:
 
 
 def test_nil_label_selector_object_selects_nothing() -> None:
+    """A nil LabelSelector object selects nothing, as metav1.LabelSelectorAsSelector does."""
     selector = label_selector_from_object(None)
     assert not selector.matches({})
     assert not selector.matches({"a": "b"})
@@ -308,12 +316,14 @@ def test_nil_label_selector_object_selects_nothing() -> None:
     ],
 )
 def test_label_selector_from_object(obj: dict[str, Any], canonical: str) -> None:
+    """A LabelSelector object converts to the canonical selector of its labels and expressions."""
     selector = label_selector_from_object(obj)
     assert str(selector) == canonical
     assert selector.empty is (canonical == "")
 
 
 def test_label_selector_from_object_matches() -> None:
+    """matchLabels and matchExpressions must all hold for a match."""
     selector = label_selector_from_object(
         {
             "matchLabels": {"app": "web"},
@@ -359,6 +369,7 @@ def test_label_selector_from_object_matches() -> None:
     ],
 )
 def test_label_selector_from_object_errors(obj: dict[str, Any], message: str) -> None:
+    """A bad LabelSelector object raises SelectorError with upstream's message."""
     with pytest.raises(SelectorError) as caught:
         label_selector_from_object(obj)
     assert caught.value.message == message
@@ -398,6 +409,7 @@ _label_sets = st.dictionaries(
 @settings(max_examples=300, deadline=None)
 @given(text=_selector_texts, label_sets=st.lists(_label_sets, min_size=1, max_size=8))
 def test_canonical_form_round_trips(text: str, label_sets: list[dict[str, str]]) -> None:
+    """The canonical form parses back to a selector that matches the same labels."""
     selector = parse_label_selector(text)
     again = parse_label_selector(str(selector))
     assert str(again) == str(selector)
@@ -436,6 +448,7 @@ def test_canonical_form_round_trips(text: str, label_sets: list[dict[str, str]])
     ],
 )
 def test_parse_field_selector(text: str, requirements: list[tuple[str, str, str]]) -> None:
+    """A field selector parses into its requirements (= and == alike, != kept)."""
     selector = parse_field_selector(text)
     assert [(r.field, r.op, r.value) for r in selector.requirements] == requirements
     assert selector.empty is (not requirements)
@@ -455,6 +468,7 @@ def test_parse_field_selector(text: str, requirements: list[tuple[str, str, str]
     ],
 )
 def test_parse_field_selector_errors(text: str, message: str) -> None:
+    """A bad field selector raises SelectorError with upstream's message."""
     with pytest.raises(SelectorError) as caught:
         parse_field_selector(text)
     assert caught.value.message == message
@@ -478,10 +492,12 @@ def test_parse_field_selector_errors(text: str, message: str) -> None:
     ],
 )
 def test_field_selector_matches(text: str, fields: dict[str, str], expected: bool) -> None:
+    """A field selector matches the object's fields as upstream's fields.Selector does."""
     assert parse_field_selector(text).matches(fields) is expected
 
 
 def test_field_selector_fields_and_exact_match() -> None:
+    """A field selector names its fields and the exact value a field must have."""
     selector = parse_field_selector("metadata.name=a,spec.nodeName!=n,metadata.namespace==ns")
     assert selector.fields() == frozenset({"metadata.name", "metadata.namespace", "spec.nodeName"})
     assert selector.requires_exact_match("metadata.name") == "a"
@@ -492,11 +508,13 @@ def test_field_selector_fields_and_exact_match() -> None:
 
 @pytest.mark.parametrize("value", ["plain", "", "a,b", "a=b", "back\\slash", "\\,=\\\\"])
 def test_field_selector_string_escapes_and_round_trips(value: str) -> None:
+    """A field selector's string escapes its values and parses back to the same selector."""
     selector = FieldSelector((FieldRequirement("metadata.name", "=", value),))
     assert parse_field_selector(str(selector)) == selector
 
 
 def test_field_selector_string() -> None:
+    """A field selector prints sorted, with == normalised to = and escapes kept."""
     assert str(parse_field_selector(r"b!=x\,y,a==1")) == r"a=1,b!=x\,y"
 
 
@@ -515,5 +533,6 @@ def _outcome(parse: Any, text: str) -> str:
 @given(text=st.lists(_SELECTOR_ALPHABET, max_size=20).map("".join))
 def test_any_text_parses_or_raises_selector_error(text: str) -> None:
     # nothing but SelectorError may escape, and an error always has a message
+    """Any text either parses or raises SelectorError with a message, never anything else."""
     assert _outcome(parse_label_selector, text) != "error: "
     assert _outcome(parse_field_selector, text) != "error: "

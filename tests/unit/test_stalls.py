@@ -24,6 +24,7 @@ def run_with(watch: StallWatch, body: object) -> None:
 
 
 def test_a_long_step_is_logged_with_its_task() -> None:
+    """A step that holds the Trio thread past the threshold is logged with its task's name."""
     clock = FakeClock()
     watch = StallWatch(1.0, clock=clock)
 

@@ -83,3 +83,18 @@ def test_conftest_files_hold_only_fixtures_and_hooks() -> None:
         if not _is_fixture_or_hook(node)
     ]
     assert found == []
+
+
+def test_every_test_has_a_docstring() -> None:
+    """Each test function says in a sentence what behaviour it holds (STYLE: one-sentence
+    docstring per test)."""
+    missing = [
+        f"{name}: line {node.lineno} {node.name}"
+        for name, path in modules()
+        if is_test_module(name)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test")
+        and not ast.get_docstring(node)
+    ]
+    assert missing == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import httpx
+import prometheus_client
 import pytest
 import trio
 import trio.testing
@@ -540,9 +541,15 @@ async def test_cancelled_call_is_neither_timed_nor_an_error(
 
 
 def test_budgets_without_a_registry_register_nothing() -> None:
-    """Without a registry no collector is made, so budgets can be built many times."""
+    """Without a registry no collector is made (the process-wide default registry gains no
+    series), so budgets can be built many times; with one, its series are registered."""
+    before = {family.name for family in prometheus_client.REGISTRY.collect()}
     CloudBudget()
     CloudBudget()
+    assert {family.name for family in prometheus_client.REGISTRY.collect()} == before
+    registry = prometheus_client.CollectorRegistry()
+    CloudBudget(registry=registry)
+    assert [family.name for family in registry.collect()] != []
 
 
 # -- wrap() --------------------------------------------------------------------------------
