@@ -13,6 +13,8 @@ Contract:
   `DuplicateProviderID`) and leaves the Node tainted; it is looked at again only when
   the Node changes (its provider ID cannot: the fix is to delete the Node). Of two
   uninitialised Nodes claiming one instance, the newer is refused.
+- An instance the cloud says does not exist: a Warning Event (`InstanceNotFound`, repeats
+  aggregated), the Node stays tainted and is retried with backoff.
 - Initialised Nodes: the legacy labels are reconciled (the beta one is the truth), and every
   `--node-status-update-frequency` (sliding) their addresses are synced, in bulk lookups
   when the provider offers them; one Node's failure never fails the others.
@@ -66,6 +68,7 @@ from trio_ccm.kube.wellknown import (
     LABEL_ZONE,
     LABEL_ZONE_LEGACY,
     REASON_DUPLICATE_PROVIDER_ID,
+    REASON_INSTANCE_NOT_FOUND,
     REASON_INVALID_PROVIDER_ID,
     REASON_SYNCED,
     TAINT_UNINITIALIZED,
@@ -308,10 +311,13 @@ class _Term:
             )
             return None
         except InstanceNotFoundError as exc:
-            raise CcmError(
+            message = (
                 f"Node {name}: the cloud has no instance for it ({exc}); it stays tainted and "
                 "is retried (the lifecycle controller deletes it if the instance is gone)"
-            ) from exc
+            )
+            # Seen by `kubectl describe node` (repeats are aggregated into one Event's count).
+            warn(self.ctx, node, reason=REASON_INSTANCE_NOT_FOUND, message=message)
+            raise CcmError(message) from exc
         provider_id = ""
         if not node.spec.provider_id:
             provider_id = metadata.provider_id

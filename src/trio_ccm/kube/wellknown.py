@@ -83,6 +83,8 @@ REASON_LEADER_ELECTION: Final = "LeaderElection"
 # Ours (no upstream reason exists for these refusals):
 REASON_INVALID_PROVIDER_ID: Final = "InvalidProviderID"
 REASON_DUPLICATE_PROVIDER_ID: Final = "DuplicateProviderID"
+REASON_INSTANCE_NOT_FOUND: Final = "InstanceNotFound"
+REASON_POD_CIDR_OUTSIDE_CLUSTER: Final = "PodCIDROutsideClusterCIDR"
 
 # Route condition reasons and messages
 ROUTE_CREATED: Final = ("RouteCreated", "RouteController created a route")
