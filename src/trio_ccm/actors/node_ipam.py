@@ -11,7 +11,8 @@ Contract:
 - A failed write is settled by reading the Node back: its CIDRs are released only if it
   really has none. A deleted Node's CIDRs are released; a Node left without CIDRs (range
   exhausted, write failed) is retried with backoff. Events `CIDRNotAvailable`,
-  `CIDRAssignmentFailed`.
+  `CIDRAssignmentFailed`; a pod CIDR found outside `--cluster-cidr` is not tracked and
+  gets a Warning `PodCIDROutsideClusterCIDR` naming the fix.
 - What each Node holds is one `_Claim` per Node name, dropped by `_Allocator.forget`.
 
 Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
@@ -29,7 +30,7 @@ import trio
 
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
@@ -42,6 +43,7 @@ from trio_ccm.kube.wellknown import (
     NODE_IPAM_CONTROLLER,
     REASON_CIDR_ASSIGNMENT_FAILED,
     REASON_CIDR_NOT_AVAILABLE,
+    REASON_POD_CIDR_OUTSIDE_CLUSTER,
 )
 from trio_ccm.logs import get_logger
 from trio_ccm.settings import Settings, cidrs_of, node_mask_sizes
@@ -189,18 +191,30 @@ class _Allocator:
             self.metrics.releases.labels(label).inc(released)
         self.metrics.usage.labels(label).set(cidr_set.used / cidr_set.size)
 
-    def take(self, name: str, cidr: IPNetwork) -> None:
-        """Record that Node `name` holds `cidr` (seen on it; chosen CIDRs are taken in
-        choose), and mark it used."""
+    def take(self, node: Node, cidr: IPNetwork) -> None:
+        """Record that `node` holds `cidr` (seen on it; chosen CIDRs are taken in choose),
+        and mark it used."""
+        name = node.metadata.name
         cidr_set = self.set_for(cidr)
         if cidr_set is None:
+            clusters = [str(s.cluster) for s in self.sets]
+            fix = (
+                "add its range to --cluster-cidr, or delete the Node so it registers again "
+                "and gets a CIDR from --cluster-cidr"
+            )
+            warn(
+                self.ctx,
+                node,
+                reason=REASON_POD_CIDR_OUTSIDE_CLUSTER,
+                message=f"Node {name}: pod CIDR {cidr} is outside --cluster-cidr "
+                f"({', '.join(clusters)}), so it is not tracked: {fix}",
+            )
             log.warning(
                 "node.pod-cidr-outside-cluster",
                 node=name,
                 pod_cidr=str(cidr),
-                cluster_cidrs=[str(s.cluster) for s in self.sets],
-                fix="add its range to --cluster-cidr, or delete the Node so it registers "
-                "again and gets a CIDR from --cluster-cidr",
+                cluster_cidrs=clusters,
+                fix=fix,
             )
             return
         owners = self.owners.setdefault(cidr, set())
@@ -268,7 +282,7 @@ class _Allocator:
         self.claims[name] = _Claim(node.metadata.uid, cidrs, "held")
         for cidr in cidrs:
             if cidr not in previous:
-                self.take(name, cidr)
+                self.take(node, cidr)
         for cidr in previous:
             if cidr not in cidrs:
                 self.give_back(name, cidr)

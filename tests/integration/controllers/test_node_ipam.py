@@ -324,20 +324,30 @@ async def test_cidrs_set_by_someone_else_win(autojump_clock: trio.testing.MockCl
         assert await world.events("CIDRAssignmentFailed") == []
 
 
-async def test_pod_cidr_outside_the_cluster_is_logged_not_fatal(
+async def test_pod_cidr_outside_the_cluster_gets_a_warning_not_fatal(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """A Node whose pod CIDR is outside --cluster-cidr is logged with the fix; the
-    controller carries on with the others."""
+    """A Node whose pod CIDR is outside --cluster-cidr gets a Warning Event and a log line
+    naming the fix; the controller carries on with the others."""
     async with open_world() as world:
         create_with_cidrs(world, "stray", ["192.168.7.0/24"])
         register(world, "node-a")
         with trio.fail_after(30), capture_logs() as logs:
             async with world.running(*ipam()):
                 await wait_for(lambda: bool(pod_cidrs(world, "node-a")))
+                await trio.sleep(1)  # the Event recorder writes in the background
+                warnings = await world.events("PodCIDROutsideClusterCIDR")
         assert pod_cidrs(world, "node-a") == ["10.244.0.0/24"]
         assert pod_cidrs(world, "stray") == ["192.168.7.0/24"]
-        assert world.transport.writes == [Write(0.0, "PATCH", "/api/v1/nodes/node-a")]
+        object_writes = [w for w in world.transport.writes if "/events" not in w.path]
+        assert object_writes == [Write(0.0, "PATCH", "/api/v1/nodes/node-a")]
+        assert [(e["type"], e["involvedObject"]["name"]) for e in warnings] == [
+            ("Warning", "stray")
+        ]
+        assert (
+            "pod CIDR 192.168.7.0/24 is outside --cluster-cidr (10.244.0.0/16)"
+            in (warnings[0]["message"])
+        )
         (outside,) = [e for e in logs if e["event"] == "node.pod-cidr-outside-cluster"]
         assert outside["node"] == "stray"
         assert outside["pod_cidr"] == "192.168.7.0/24"
