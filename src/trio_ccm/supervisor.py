@@ -5,6 +5,7 @@ serve()                          root nursery
  ├─ http server :10258            health, metrics, debug (bound before task_status.started)
  ├─ event recorders               one per source component
  ├─ informers                     warm on every replica, so a takeover starts from a full cache
+ ├─ cloud probe                   once: does the cloud answer? (said at start, also by standbys)
  ├─ leader election               campaigns; renews while leading, also while draining
  └─ while leading: a term         GracefulCancelScope
       ├─ cloud.initialize()
@@ -87,6 +88,8 @@ EVENTS_DRAIN_S: Final = 5.0
 INFORMER_STALE_SLACK_S: Final = 60.0
 """/readyz fails when a cache has heard nothing (event, bookmark, list) for this long past
 the informer's own inactivity timeout: its watch is stuck and re-watching does not help."""
+CLOUD_PROBE_S: Final = 10.0
+"""How long the start-up probe of the cloud (`check()`) may take before it is reported."""
 _MANAGER: Final = "cloud-controller-manager"
 
 
@@ -209,6 +212,7 @@ class _Replica:
             registry=registry,
             guard=self.check_leading,
         )
+        self.provider = cloud  # unwrapped: the start-up probe is no action (no Lease needed)
         self.cloud = budget.wrap(cloud)
         bulk = bulk_instances(self.cloud.instances) if self.cloud.instances is not None else None
         self.batcher = (
@@ -321,6 +325,35 @@ class _Replica:
             yield
 
     # -- running -----------------------------------------------------------------------
+    async def probe_cloud(self) -> None:
+        """Every replica, standby or not, asks the cloud once at start whether it answers,
+        through the provider's optional read-only `check()`: a standby whose cloud URL is
+        dead says so now (an error line naming the cloud and the fix), not only when it
+        leads. It never stops the replica: the term's `initialize()` decides that."""
+        check = getattr(self.provider, "check", None)
+        if check is None:
+            return
+        name = self.provider.name
+        try:
+            with trio.fail_after(CLOUD_PROBE_S):
+                await check()
+        except trio.TooSlowError:
+            error = f"no answer within {CLOUD_PROBE_S:g} s"
+        # A boundary that must survive anything: the probe is advice, whatever the
+        # provider raises is reported and this replica carries on.
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+        else:
+            log.debug("cloud.reachable", provider=name)
+            return
+        log.error(
+            "cloud.unreachable",
+            provider=name,
+            error=error,
+            fix="check the cloud config's endpoint and credentials: this replica cannot act "
+            "on the cloud when it leads",
+        )
+
     async def serve(self, task_status: trio.TaskStatus[Serving]) -> None:
         async with trio.open_nursery() as root:
             if self.settings.secure_port:
@@ -329,6 +362,7 @@ class _Replica:
                 root.start_soon(recorder.serve, name=f"events/{component}")
             for kind, informer in self.informers.items():
                 root.start_soon(informer.serve, name=f"informer/{kind}")
+            root.start_soon(self.probe_cloud, name="cloud-probe")
             root.start_soon(self.campaign, name="campaign")
             log.info(
                 "ccm.started",

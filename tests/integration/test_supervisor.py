@@ -7,7 +7,9 @@ tests show the embedding contract and the leadership scope at once.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
+import socket
 from collections.abc import Callable
 
 import httpx
@@ -15,14 +17,17 @@ import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from tests.helpers.supervisor import NoCapabilities, Probe
 from trio_ccm.actors.controller import Controller, ControllerContext
+from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.errors import ConfigError
 from trio_ccm.kube.leader import LeaseLostError
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
-from trio_ccm.testing.harness import emulator_connection
+from trio_ccm.testing.factories import make_lease
+from trio_ccm.testing.harness import emulator_connection, wait_for
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.apiserver.errors import ApiError
 
@@ -349,3 +354,40 @@ async def test_health_checks_tell_the_truth_in_every_state(
             assert ok(_probe(a, "healthz"))
             assert set(_probe(a, "healthz")) == {"leaderElection", "probe"}
             host.cancel_scope.cancel()
+
+
+async def test_a_standby_whose_cloud_is_dead_says_so_at_start() -> None:
+    """A replica that does not lead (another holds the Lease) still asks its cloud once at
+    start: a dead cloud URL (a closed loopback port) is reported as `cloud.unreachable`
+    naming the cloud, while the replica stays a healthy standby that acts on nothing."""
+    server = ApiServer(seed=1)
+    server.create(make_lease("other", lease_duration_s=3600, renewed=dt.datetime.now(dt.UTC)))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    provider = SimProvider(url=f"http://127.0.0.1:{port}", replica="b", timeout_s=2.0)
+    probe = Probe()
+    with trio.fail_after(30), capture_logs() as logs:
+        async with trio.open_nursery() as host:
+            serving: Serving = await host.start(
+                lambda task_status: serve(
+                    settings(leader_elect=True, controllers=("probe",)),
+                    provider,
+                    controllers=[probe.controller()],
+                    connection=emulator_connection(),
+                    transport=server.transport(),
+                    registry=CollectorRegistry(),
+                    identity="b",
+                    task_status=task_status,
+                )
+            )
+            await wait_for(lambda: any(e["event"] == "cloud.unreachable" for e in logs))
+            assert not serving.leading
+            host.cancel_scope.cancel()
+    await provider.aclose()
+    (said,) = [e for e in logs if e["event"] == "cloud.unreachable"]
+    assert said["log_level"] == "error"
+    assert said["provider"] == "sim"
+    assert f"127.0.0.1:{port}" in said["error"]
+    assert "endpoint" in said["fix"]
+    assert probe.terms == []

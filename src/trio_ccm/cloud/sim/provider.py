@@ -58,7 +58,7 @@ class SimProvider:
         delay = _RETRY_BASE_S
         while True:
             try:
-                await self._check()
+                await self.check()
             except SimCloudError as exc:
                 if not self._answered or (exc.status is not None and exc.status < 500):
                     raise
@@ -69,7 +69,9 @@ class SimProvider:
             self._answered = True
             return
 
-    async def _check(self) -> None:
+    async def check(self) -> None:
+        """The cloud answers its health endpoint (a read: any replica may ask), or
+        SimCloudError saying where it was sought and how to fix it."""
         try:
             await self._client.request("Health", "", "GET", "/v1/health")
         except SimCloudError as exc:
