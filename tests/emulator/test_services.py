@@ -142,3 +142,35 @@ async def test_headless_and_external_name(client: httpx.AsyncClient) -> None:
         ).json()
     assert headless["spec"]["clusterIP"] == "None"
     assert "clusterIP" not in external["spec"]
+
+
+@pytest.mark.parametrize(
+    ("type_", "spec"),
+    [
+        pytest.param("LoadBalancer", {"clusterIP": "None"}, id="lb-cluster-ip"),
+        pytest.param("LoadBalancer", {"clusterIPs": ["None"]}, id="lb-cluster-ips"),
+        pytest.param("NodePort", {"clusterIP": "None"}, id="node-port"),
+    ],
+)
+async def test_headless_load_balancer_or_node_port_is_refused(
+    client: httpx.AsyncClient, type_: str, spec: dict[str, object]
+) -> None:
+    """clusterIP None on a LoadBalancer or NodePort Service is a 422 with kube-apiserver's
+    field error, and nothing is stored."""
+    with trio.fail_after(5):
+        response = await client.post(SERVICES, json=service("h", 80, type_=type_, **spec))
+        missing = await client.get(f"{SERVICES}/h")
+    assert response.status_code == 422
+    status = response.json()
+    assert status["message"] == (
+        'Service "h" is invalid: spec.clusterIPs[0]: Invalid value: "None": '
+        f"may not be set to 'None' for {type_} services"
+    )
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": f"Invalid value: \"None\": may not be set to 'None' for {type_} services",
+            "field": "spec.clusterIPs[0]",
+        }
+    ]
+    assert missing.status_code == 404

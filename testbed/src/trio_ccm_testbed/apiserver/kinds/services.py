@@ -241,6 +241,17 @@ class ServiceStrategy(Strategy):
         kind = spec.get("type", "ClusterIP")
         if kind not in _SERVICE_TYPES:
             errs.append(fe.not_supported("spec.type", kind, _SERVICE_TYPES))
+        ips = spec.get("clusterIPs")
+        headless = spec.get("clusterIP") == "None" or (
+            isinstance(ips, list) and bool(ips) and ips[0] == "None"
+        )
+        if headless and kind in ("LoadBalancer", "NodePort"):
+            # kube-apiserver's ValidateService: a headless Service has no address to expose.
+            errs.append(
+                fe.invalid(
+                    "spec.clusterIPs[0]", "None", f"may not be set to 'None' for {kind} services"
+                )
+            )
         ports = spec.get("ports") or []
         if not isinstance(ports, list):
             return [*errs, fe.invalid("spec.ports", ports, "must be a list")]
