@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import trio
 import yaml
 
@@ -270,7 +271,7 @@ class ApiServer:
     def load_manifest_text(self, text: str) -> list[Obj]:
         return self.apply_objects(list(yaml.safe_load_all(text)))
 
-    def transport(self) -> ApiServerTransport:
+    def transport(self) -> httpx.AsyncBaseTransport:
         """An httpx transport that reaches this server without sockets."""
         return ApiServerTransport(self.handle)
 
