@@ -4,6 +4,7 @@ when it is missing; the test world's commands come through an entry point."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,11 +18,19 @@ KIT = {"__init__.py", "_world.py", "factories.py", "harness.py", "plugin.py", "r
 
 
 def test_runtime_wheel_holds_no_test_world(tmp_path: Path) -> None:
-    """`pip wheel --no-deps .` builds a wheel of trio_ccm only: no trio_ccm_testbed, no
-    emulator schema, and trio_ccm/testing is the kit's few modules."""
+    """`pip wheel --no-deps` on what the Dockerfile copies (pyproject.toml, README.md, src/)
+    builds a wheel of trio_ccm only: no trio_ccm_testbed, no emulator schema, and
+    trio_ccm/testing is the kit's few modules."""
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, context / name)
+    shutil.copytree(
+        ROOT / "src", context / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), "."],
-        cwd=ROOT,
+        cwd=context,
         check=True,
         capture_output=True,
     )
