@@ -27,7 +27,7 @@ import prometheus_client
 import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
-from trio_ccm.actors.passes import Wake, serve_passes
+from trio_ccm.actors.passes import Wake, own_failure, serve_passes
 from trio_ccm.actors.views import node_addresses, node_ref
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
@@ -196,6 +196,7 @@ class NodeRouteController(Controller):
     informers = frozenset({"nodes"})
     client_name = "route-controller"
     event_component = COMPONENT_ROUTE
+    capability = "routes"
 
     @classmethod
     def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
@@ -203,8 +204,8 @@ class NodeRouteController(Controller):
         cloud routes; an error (exit) when it would run without --cluster-cidr."""
         if not settings.configure_cloud_routes:
             return "--configure-cloud-routes=false"
-        if cloud.routes is None:
-            return "the cloud provider has no routes"
+        if (missing := super().requires(cloud, settings)) is not None:
+            return missing
         if not settings.cluster_cidr:
             raise ConfigError(
                 "node-route-controller: --cluster-cidr is empty, so no route could be told "
@@ -225,8 +226,8 @@ class NodeRouteController(Controller):
     async def run(self, ctx: ControllerContext) -> None:
         """A pass at start, every period, and soon after relevant Node changes."""
         routes = ctx.cloud.routes
-        assert routes is not None  # requires() said so
-        term = _Term(ctx, routes, self.syncs)
+        assert routes is not None  # the capability is checked before a term starts
+        term = _RouteTerm(ctx, routes, self.syncs)
         async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
             # The mailbox starts with every cached Node: seeded from the same cache, so they
             # are not taken for changes (the first pass covers them).
@@ -241,7 +242,7 @@ class NodeRouteController(Controller):
             )
 
 
-class _Term:
+class _RouteTerm:
     """One term of leadership: the passes and what triggers them."""
 
     def __init__(self, ctx: ControllerContext, routes: Routes, syncs: prometheus_client.Counter):
@@ -310,25 +311,24 @@ class _Term:
     async def delete(self, route: Route, done: trio.Event) -> None:
         started = trio.current_time()
         try:
-            async with self.limiter:
-                await self.routes.delete_route(self.cluster, route)
-        except Exception as exc:  # only logged, as upstream: the next pass tries again
-            log.warning(
+            # Only logged, as upstream: the next pass tries again.
+            with own_failure(
                 "route.delete-failed",
                 route=route.name,
                 node=route.target_node,
                 cidr=route.destination_cidr,
-                error=str(exc),
-            )
-        else:
-            log.info(
-                "route.deleted",
-                route=route.name,
-                node=route.target_node,
-                cidr=route.destination_cidr,
-                blackhole=route.blackhole,
-                took_s=trio.current_time() - started,
-            )
+            ) as failure:
+                async with self.limiter:
+                    await self.routes.delete_route(self.cluster, route)
+            if failure.error is None:
+                log.info(
+                    "route.deleted",
+                    route=route.name,
+                    node=route.target_node,
+                    cidr=route.destination_cidr,
+                    blackhole=route.blackhole,
+                    took_s=trio.current_time() - started,
+                )
         finally:
             done.set()
 
@@ -338,20 +338,18 @@ class _Term:
         node, route = create.node, create.route
         name, hint = node.metadata.name, node.metadata.uid
         started = trio.current_time()
-        try:
+        # An Event and NetworkUnavailable=True; the next pass retries.
+        with own_failure("route.create-failed", node=name, cidr=route.destination_cidr) as failure:
             async with self.limiter:
                 await self.routes.create_route(self.cluster, hint, route)
-        except Exception as exc:  # an Event and NetworkUnavailable=True; next pass retries
+        if failure.error is not None:
             todo.failed += 1
             elapsed = format_duration(trio.current_time() - started, micro="µs")
             message = (
                 f"Could not create route {hint} {route.destination_cidr} for node {name} "
-                f"after {elapsed}: {exc}"
+                f"after {elapsed}: {failure.error}"
             )
             self.ctx.events.warning(node_ref(node), REASON_FAILED_TO_CREATE_ROUTE, message)
-            log.warning(
-                "route.create-failed", node=name, cidr=route.destination_cidr, error=str(exc)
-            )
             return
         todo.actions[name][create.cidr_key] = "keep"
         log.info(

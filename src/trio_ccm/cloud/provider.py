@@ -38,7 +38,9 @@ from typing import Final, Protocol, runtime_checkable
 import msgspec
 
 from trio_ccm.errors import CcmError, RetryAfter
-from trio_ccm.values import NodeAddress  # public here (one class with the kube cache's)
+
+# Public here; one class each with the kube cache's (trio_ccm.values says why).
+from trio_ccm.values import LoadBalancerIngress, NodeAddress, PortStatus
 
 __all__ = [
     "ADDRESS_TYPES",
@@ -212,23 +214,6 @@ class ServiceInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PortStatus:
-    port: int
-    protocol: str
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LoadBalancerIngress:
-    """One ingress point; `ip_mode` is "VIP" or "Proxy" (Kubernetes 1.30+), None to omit."""
-
-    ip: str = ""
-    hostname: str = ""
-    ip_mode: str | None = None
-    ports: tuple[PortStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
