@@ -11,6 +11,10 @@ out):
 - `NetworkUnavailable` (RouteCreated / NoRouteCreated) is written only when it changes.
 - Passes run at start, every `--route-reconciliation-period` (non-sliding), and soon after
   a relevant Node change (at most one per second); they never overlap.
+- **Unknown outcomes**: a create or delete whose outcome is unknown (`OutcomeUnknownError`,
+  or a caller's timeout) may still land after a later pass fixed things. Every pass lists
+  the routes afresh (no record is trusted), and one more pass is asked for once the call
+  can no longer land, so a late landing is undone then, not a period later.
 
 Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
@@ -28,6 +32,7 @@ import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
 from trio_ccm.actors.passes import Wake, own_failure, serve_passes
+from trio_ccm.actors.rechecks import Rechecks, late_landing_s, outcome_unknown
 from trio_ccm.actors.views import node_addresses, node_ref
 from trio_ccm.cloud.provider import CloudProvider, NodeAddress, Route, Routes
 from trio_ccm.errors import ConfigError
@@ -233,6 +238,7 @@ class NodeRouteController(Controller):
             # are not taken for changes (the first pass covers them).
             term.seen = {node.metadata.name: _relevant(node) for node in ctx.nodes.items()}
             nursery.start_soon(term.watch, mailbox)
+            nursery.start_soon(term.rechecks.serve, term.late_landing_over)
             await serve_passes(
                 term.reconcile,
                 name=ctx.name,
@@ -255,6 +261,16 @@ class _RouteTerm:
         self.limiter = trio.CapacityLimiter(MAX_CONCURRENT_ROUTE_OPERATIONS)
         self.seen: dict[str, _Relevant] = {}  # per Node: what of it a route depends on
         self.changed = Wake()
+        self.rechecks: Rechecks[str] = Rechecks()  # one key: "pass"
+
+    def note_unknown(self, started: float, exc: Exception | None) -> None:
+        """A route call's outcome is unknown: a pass once it can no longer land."""
+        if exc is not None and outcome_unknown(exc):
+            self.rechecks.at("pass", started + late_landing_s(exc))
+
+    def late_landing_over(self, _: str) -> None:
+        log.info("route.late-landing-check")
+        self.changed.set()
 
     async def watch(self, mailbox: MailboxReader[str, Update[Node]]) -> None:
         async for name, update in mailbox:
@@ -320,6 +336,7 @@ class _RouteTerm:
             ) as failure:
                 async with self.limiter:
                     await self.routes.delete_route(self.cluster, route)
+            self.note_unknown(started, failure.error)
             if failure.error is None:
                 log.info(
                     "route.deleted",
@@ -342,6 +359,7 @@ class _RouteTerm:
         with own_failure("route.create-failed", node=name, cidr=route.destination_cidr) as failure:
             async with self.limiter:
                 await self.routes.create_route(self.cluster, hint, route)
+        self.note_unknown(started, failure.error)
         if failure.error is not None:
             todo.failed += 1
             elapsed = format_duration(trio.current_time() - started, micro="µs")

@@ -84,9 +84,7 @@ WEB = service()
         ),
         pytest.param(WEB, None, {}, Step("ensure"), id="first-sight"),
         pytest.param(WEB, synced(WEB), {}, Step("skip", "up to date"), id="up-to-date"),
-        pytest.param(
-            WEB, synced(WEB), {"nodes": NODES_AB}, Step("update-hosts"), id="nodes-moved"
-        ),
+        pytest.param(WEB, synced(WEB), {"nodes": NODES_AB}, Step("update-hosts"), id="nodes-moved"),
         pytest.param(
             WEB, synced(WEB), {"force": True}, Step("ensure", quiet=True), id="reverify-quiet"
         ),
@@ -103,9 +101,7 @@ WEB = service()
         pytest.param(
             service(finalizer=False), synced(WEB), {}, Step("ensure"), id="finalizer-removed"
         ),
-        pytest.param(
-            WEB, synced(WEB), {"unknown": True}, Step("ensure"), id="unknown-no-shortcut"
-        ),
+        pytest.param(WEB, synced(WEB), {"unknown": True}, Step("ensure"), id="unknown-no-shortcut"),
         pytest.param(
             WEB,
             synced(WEB),
