@@ -4,6 +4,7 @@
                           [--leases short,default] [--nodes N] [--services N]
                           [--converge-limit S] [--keep DIR]
     python bench/chaos.py --in-process [--quick] [--seed N] [--schedules N]
+    python bench/chaos.py --slow-cloud [--quick] [--seed N] [--schedules N]
 
 **Process mode** (the default), once per lease setting (`short`: lease 4 s / renew deadline
 3 s / retry 1 s; `default`: 15 s / 10 s / 2 s): one `trio-ccm testbed` process (the
@@ -50,6 +51,14 @@ run_chaos` (seeds from `--seed` on, leases alternating short/default), each unde
 `trio.testing.MockClock`: graceful and double shutdowns, kills, partitions and freezes of
 three in-process replicas; the same referee and invariants.
 
+**Slow-cloud mode** (`--slow-cloud`, issue 27): `--schedules` runs of
+`trio_ccm_testbed.chaos.run_slow_cloud` under `MockClock`: one replica converges, then for
+two minutes every cloud call is held 20 s (twice the sim provider's 10 s timeout) and
+applied late, while the workload changes Services and Nodes; then the fault clears.
+`stale_after_s` is, per run, how long after the fault cleared any load balancer or route
+still differed from what it should be (a run still wrong after the 300 s watch counts as a
+violation).
+
 Prints progress, then one JSON object as the last line. Exits 1 if there is any violation
 (a referee violation or an invariant still broken at the convergence limit), else 0.
 Benchmarks print numbers; they never assert on time.
@@ -92,7 +101,15 @@ from trio_ccm.testing.referee import (
     lease_write_of,
     violations,
 )
-from trio_ccm_testbed.chaos import LEASES, ChaosConfig, Problem, find_problems, run_chaos
+from trio_ccm_testbed.chaos import (
+    LEASES,
+    ChaosConfig,
+    Problem,
+    SlowCloudConfig,
+    find_problems,
+    run_chaos,
+    run_slow_cloud,
+)
 from trio_ccm_testbed.cloud import write_cloud_config
 
 CLI: Final = (sys.executable, "-m", "trio_ccm")
@@ -781,6 +798,39 @@ def run_in_process(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_slow_clouds(args: argparse.Namespace) -> dict[str, Any]:
+    """`--slow-cloud`: run_slow_cloud once per seed; the stale_after_s figures."""
+    quiet_logging(args.log_level)
+    seeds = list(range(args.seed, args.seed + args.schedules))
+    stale: list[float] = []
+    examples: list[str] = []
+    landed = 0
+    kinds: Counter[str] = Counter()
+    for seed in seeds:
+        config = SlowCloudConfig(seed=seed, slow_s=30.0 if args.quick else 120.0)
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        report = trio.run(partial(run_slow_cloud, config), clock=clock)
+        landed += report.landed_late
+        kinds.update(report.kinds)
+        if math.isfinite(report.stale_after_s):
+            stale.append(report.stale_after_s)
+        else:
+            examples += [f"seed {seed}: {p}" for p in report.problems]
+        print(f"  seed {seed}: stale_after_s {report.stale_after_s}", file=sys.stderr, flush=True)
+    not_converged = len(seeds) - len(stale)
+    return {
+        "seeds": [seeds[0], seeds[-1]] if seeds else [],
+        "schedules": len(seeds),
+        "stale_after_s": spread(stale),
+        "stale_after_max_s": max(stale, default=0.0),
+        "landed_late": landed,
+        "stale_kinds": dict(kinds),
+        "violations": {"not-converged": not_converged} if not_converged else {},
+        "violations_total": not_converged,
+        "violation_examples": examples[:20],
+    }
+
+
 # -- main ---------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def workdir(keep: str | None) -> Iterator[Path]:
@@ -817,6 +867,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short seeded run (~30 s)")
     parser.add_argument("--in-process", action="store_true", help="run_chaos schedules instead")
+    parser.add_argument(
+        "--slow-cloud", action="store_true", help="run_slow_cloud schedules (issue 27) instead"
+    )
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     parser.add_argument("--schedules", type=int, help="in-process schedules (default 300; quick 4)")
     parser.add_argument(
@@ -839,7 +892,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick = args.quick
     began = time.perf_counter()
-    if args.in_process:
+    if args.slow_cloud:
+        args.schedules = args.schedules or (1 if quick else 10)
+        print(
+            f"chaos, slow cloud: {args.schedules} run_slow_cloud schedules from seed {args.seed}",
+            flush=True,
+        )
+        figures = {"mode": "slow-cloud", **run_slow_clouds(args)}
+    elif args.in_process:
         args.schedules = args.schedules or (4 if quick else 300)
         print(
             f"chaos, in-process: {args.schedules} run_chaos schedules from seed {args.seed}",

@@ -40,12 +40,10 @@ from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
 from trio_ccm.actors.node_addresses import desired_addresses
-from trio_ccm.actors.passes import serve_passes
-from trio_ccm.actors.views import has_taint, node_addresses, node_info, taints_json
-from trio_ccm.base.mailbox import Mailbox
+from trio_ccm.actors.passes import own_failure, serve_passes
+from trio_ccm.actors.views import has_taint, node_addresses, node_info
 from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
-    CloudProvider,
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
@@ -74,7 +72,6 @@ from trio_ccm.kube.wellknown import (
     TAINT_UNINITIALIZED,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.settings import Settings
 
 __all__ = ["CloudNodeController", "NodeMetrics"]
 
@@ -123,10 +120,7 @@ class CloudNodeController(Controller):
     informers = frozenset({"nodes"})
     client_name = "node-controller"
     event_component = COMPONENT_CLOUD_NODE
-
-    @classmethod
-    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
-        return None if cloud.instances is not None else "the cloud provider has no instances"
+    capability = "instances"
 
     def __init__(self, setup: ControllerSetup) -> None:
         super().__init__(setup)
@@ -135,8 +129,8 @@ class CloudNodeController(Controller):
     async def run(self, ctx: ControllerContext) -> None:
         """Per-Node initialisation actors, and the periodic address sync."""
         instances = ctx.cloud.instances
-        assert instances is not None  # requires() said so
-        term = _Term(ctx, instances, self.metrics)
+        assert instances is not None  # the capability is checked before a term starts
+        term = _CloudNodeTerm(ctx, instances, self.metrics)
         # With a bulk lookup every Node actor may look up at once (that is what fills the
         # batches; cloud calls are capped by the budget); kube writes stay capped by
         # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
@@ -146,10 +140,9 @@ class CloudNodeController(Controller):
             limiter=trio.CapacityLimiter(concurrency),
             backoff=Backoff(NODE_RETRY_BASE_S, NODE_RETRY_CAP_S),
         )
-        inbox: Mailbox[str, Update[Node]] = Mailbox()
+        admit = partial(term.admit, actors)
         async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
-            nursery.start_soon(actors.serve, inbox)
-            nursery.start_soon(term.route, mailbox, inbox, actors)
+            nursery.start_soon(partial(actors.serve, mailbox, admit=admit))
             # Upstream's loop: --node-status-update-frequency after each run ended (sliding).
             nursery.start_soon(
                 partial(
@@ -172,16 +165,13 @@ def _legacy_labels_wanted(node: Node) -> dict[str, str]:
     }
 
 
-class _Term:
+class _CloudNodeTerm:
     """One term of leadership: initialise Nodes, sync their addresses."""
 
     def __init__(self, ctx: ControllerContext, instances: Instances, metrics: NodeMetrics) -> None:
         self.ctx = ctx
         self.instances = instances
         self.metrics = metrics
-        # Kube writes are capped by --concurrent-node-syncs. With a bulk lookup, Node actors
-        # are not: their lookups must arrive together to be batched (cloud calls are capped
-        # by the budget).
         self.write_limiter = trio.CapacityLimiter(ctx.settings.concurrent_node_syncs)
         # The periodic address sync's parallelism (upstream: 0 means --concurrent-node-syncs).
         self.status_workers = (
@@ -247,19 +237,11 @@ class _Term:
         return found
 
     # -- one Node ------------------------------------------------------------------------
-    async def route(
-        self,
-        mailbox: Mailbox[str, Update[Node]],
-        inbox: Mailbox[str, Update[Node]],
-        actors: Container[str],
-    ) -> None:
-        """Hand the actors only the Nodes with work to do (or whose actor is alive, so it
-        never works on a value older than the cache). An initialised Node's heartbeats are
-        no work: they are noted here, without an actor (at 100,000 Nodes, a few hundred
-        heartbeats a second would otherwise keep thousands of idle actors alive)."""
-        async for name, update in mailbox:
-            if name in actors or self.has_work(update):
-                inbox.put(name, update)
+    def admit(self, actors: Container[str], name: str, update: Update[Node]) -> Update[Node] | None:
+        """Only Nodes with work to do reach the actors (or whose actor is alive, so it never
+        works on a stale value): an initialised Node's heartbeats are noted here, without an
+        actor (at 100,000 Nodes they would otherwise keep thousands of actors alive)."""
+        return update if name in actors or self.has_work(update) else None
 
     def has_work(self, update: Update[Node]) -> bool:
         """What `sync` would act on: a Node gone, one to initialise or with legacy labels
@@ -339,7 +321,7 @@ class _Term:
         addresses = self.desired_addresses(node, metadata)
         labels = self.labels_for(node, metadata)
         patch = initialize_node(
-            taints=taints_json(node),
+            taints=node.spec.taints,
             remove_taint_key=TAINT_UNINITIALIZED,
             provider_id=provider_id or None,
             labels_seen=node.metadata.labels,
@@ -497,13 +479,9 @@ class _Term:
 
         async def one(node: Node) -> None:
             async with limiter:
-                try:
+                with own_failure("node.address-lookup-failed", node=node.metadata.name):
                     found[node.metadata.name] = await self.instances.instance_metadata(
                         node_info(node)
-                    )
-                except Exception as exc:  # one Node's failure is its own: next period
-                    log.warning(
-                        "node.address-lookup-failed", node=node.metadata.name, error=str(exc)
                     )
 
         async with trio.open_nursery() as nursery:

@@ -5,7 +5,9 @@ whose `run(ctx)` is called once per term of leadership.
   caches it reads; the supervisor runs only the caches some enabled controller needs, so
   RBAC can be least-privilege), `client_name` (the user-agent suffix of its own kube client
   and QPS bucket: upstream's per-controller client identity), `event_component` (the source
-  of its Events), `disabled_by_default` (left out of `*`). `requires(cloud, settings)`
+  of its Events), `disabled_by_default` (left out of `*`), `capability` (the provider
+  capability it needs: `instances`, `load_balancers` or `routes`; stated once, checked by
+  the base `requires`). `requires(cloud, settings)`
   returns why the cloud or the flags rule it out (it is then skipped with a warning, as
   upstream does) or None, and may raise ConfigError for flags it cannot run with.
 - **Construction**, once per `serve()`, with a `ControllerSetup` (settings, metrics
@@ -52,6 +54,7 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 InformerName = Literal["nodes", "services"]
+Capability = Literal["instances", "load_balancers", "routes"]
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,15 @@ class Controller(abc.ABC):
     client_name: ClassVar[str] = ""
     event_component: ClassVar[str] = ""
     disabled_by_default: ClassVar[bool] = False
+    capability: ClassVar[Capability | None] = None
 
     @classmethod
     def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
-        """Why the cloud or the flags rule this controller out, or None (it runs)."""
-        del cloud, settings
+        """Why the cloud or the flags rule this controller out, or None (it runs). The base
+        checks `capability`; an override adds its own conditions to `super().requires`."""
+        del settings
+        if cls.capability is not None and getattr(cloud, cls.capability) is None:
+            return f"the cloud provider has no {cls.capability.replace('_', ' ')}"
         return None
 
     def __init__(self, setup: ControllerSetup) -> None:
@@ -110,6 +117,7 @@ class ControllerContext:
         backoff: Backoff,
         name: str = "",
         idle_timeout_s: float = 30.0,
+        on_error: Callable[[K, Exception], None] | None = None,
     ) -> KeyedActors[K, V]:
         """Per-key actors registered with the supervisor (debug view, shutdown grace)."""
         actors: KeyedActors[K, V] = KeyedActors(
@@ -119,6 +127,7 @@ class ControllerContext:
             backoff=backoff,
             idle_timeout_s=idle_timeout_s,
             graceful=self.graceful,
+            on_error=on_error,
         )
         self.managers.append(actors)  # type: ignore[arg-type]  # registered for stats only
         return actors

@@ -19,7 +19,8 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   `expedite(key)`, for a change that makes the wait pointless) nor reset the backoff: only
   a successful call does. The exception is logged once, with the key and traceback; it never
   reaches siblings or the manager. This is the one broad `except Exception` of the
-  per-object path (STYLE: Errors);
+  per-object path (STYLE: Errors); a controller that reports failures (an Event naming
+  what failed) is told through `on_error(key, exc)`, called here, synchronously;
 - a child with nothing to do exits after `idle_timeout_s`; a new message spawns it again. A
   child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
   give each manager its own Backoff;
@@ -28,6 +29,14 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   manager was given, if that scope was what cancelled (`cancel(grace_s)`: the grace is a
   parameter of the cancel). Any other cancellation, or a later `cancel(0)` (the Lease lost
   during a drain), stops them at once: losing the Lease must stop all work.
+
+**Admission**: `serve(subscription, admit=admit)` reads another mailbox (an informer's
+subscription, say) and hands each update to `admit(key, update)`, which returns the message
+for the key's actor or None to drop it (and may note what it saw). Messages the controller
+makes itself (a node-set change pushed to every load balancer, a paced re-verification) go
+in with `send(key, message)`. Both meet in one coalescing inbox owned here, in the order
+they were admitted or sent, so a controller needs no second mailbox and no router task of
+its own. Without `admit`, `serve` reads its mailbox directly (and `send` is refused).
 
 When the mailbox is closed, `serve` hands out what is pending, lets every child finish
 (children exit as soon as they are idle), and returns.
@@ -44,13 +53,13 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Generic, Literal, NoReturn, TypeVar, cast
+from typing import Any, Generic, Literal, NoReturn, TypeVar, cast, overload
 
 import structlog
 import trio
 
 from trio_ccm.actors.backoff import Backoff, retry_after_s
-from trio_ccm.base.mailbox import MailboxReader
+from trio_ccm.base.mailbox import Mailbox, MailboxReader
 from trio_ccm.cloud import drain
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Object, resource_version_number
@@ -58,11 +67,15 @@ from trio_ccm.logs import get_logger
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+U = TypeVar("U")
 ObjT = TypeVar("ObjT", bound=Object)
 
 Handler = Callable[[K, V], Awaitable[str | None]]
 """Reconcile one object: `handler(key, latest message)`. Return the resourceVersion of the
 last write made (or None); raise to be retried (RetryAfter for a fixed delay)."""
+
+Admit = Callable[[K, U], V | None]
+"""Map one update read by `serve` to the message for the key's actor, or None to drop it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +222,7 @@ class KeyedActors(Generic[K, V]):
         backoff: Backoff,
         idle_timeout_s: float = 30.0,
         graceful: GracefulCancelScope | None = None,
+        on_error: Callable[[K, Exception], None] | None = None,
     ) -> None:
         if not idle_timeout_s >= 0:
             raise ValueError(f"{name}: idle_timeout_s={idle_timeout_s!r} must be >= 0")
@@ -216,6 +230,7 @@ class KeyedActors(Generic[K, V]):
         self._graceful = graceful
         self._idle_timeout_s = idle_timeout_s
         self._handler = handler
+        self._on_error = on_error
         self._limiter = limiter
         self._backoff = backoff
         self._actors: dict[K, _Actor[V]] = {}
@@ -225,6 +240,7 @@ class KeyedActors(Generic[K, V]):
         self._parked: dict[_Actor[V], None] = {}
         self._timer_wakeup = trio.Event()
         self._serving = False
+        self._inbox: Mailbox[K, V] | None = None  # while serving with `admit`: what `send` fills
         self._closing = False  # the mailbox is closed: children exit once idle
         self._drained = trio.Event()
         self._grace_deadline = math.inf  # deadline of handler calls; set at shutdown
@@ -236,16 +252,35 @@ class KeyedActors(Generic[K, V]):
         self._abandoned = 0
 
     # -- the manager ---------------------------------------------------------------------
+    @overload
     async def serve(
         self,
         mailbox: MailboxReader[K, V],
         *,
+        task_status: trio.TaskStatus[None] = ...,
+    ) -> None: ...
+
+    @overload
+    async def serve(
+        self,
+        mailbox: MailboxReader[K, U],
+        *,
+        admit: Admit[K, U, V],
+        task_status: trio.TaskStatus[None] = ...,
+    ) -> None: ...
+
+    async def serve(
+        self,
+        mailbox: MailboxReader[K, Any],  # the overloads above type it
+        *,
+        admit: Admit[K, Any, V] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run the children of `mailbox`'s keys until cancelled or the mailbox is closed.
 
-        `task_status.started()` once values are being read. Returns after a closed mailbox
-        has been drained and every child has finished.
+        With `admit`, each update goes through it first and `send` is open (see the module
+        docstring). `task_status.started()` once values are being read. Returns after a
+        closed mailbox has been drained and every child has finished.
         """
         if self._serving:
             raise RuntimeError(f"{self.name}: serve() is already running")
@@ -263,8 +298,15 @@ class KeyedActors(Generic[K, V]):
             async with trio.open_nursery() as nursery:
                 try:
                     nursery.start_soon(self._expire_idle, name=f"{self.name}/idle-timer")
+                    if admit is None:
+                        source = cast("MailboxReader[K, V]", mailbox)
+                    else:
+                        self._inbox = source = Mailbox()
+                        nursery.start_soon(
+                            self._admit, mailbox, admit, self._inbox, name=f"{self.name}/admit"
+                        )
                     task_status.started()
-                    await self._dispatch(mailbox, nursery)
+                    await self._dispatch(source, nursery)
                     self._closing = True
                     for actor in self._actors.values():
                         actor.wake()
@@ -275,8 +317,29 @@ class KeyedActors(Generic[K, V]):
                     self._start_grace()
         finally:
             self._serving = False
+            self._inbox = None
             if stop_listening is not None:
                 stop_listening()
+
+    async def _admit(
+        self, mailbox: MailboxReader[K, U], admit: Admit[K, U, V], inbox: Mailbox[K, V]
+    ) -> None:
+        """Hand each update `admit` keeps to the inbox; close the inbox when `mailbox` ends."""
+        async for key, update in mailbox:
+            message = admit(key, update)
+            if message is not None:
+                inbox.put(key, message)
+        inbox.close()
+
+    def send(self, key: K, message: V) -> None:
+        """Hand `message` to `key`'s actor (coalesced with what is pending, like any update).
+        Only while `serve` runs with `admit`; a message sent after the mailbox closed is
+        dropped (the term is ending)."""
+        inbox = self._inbox
+        if inbox is None:
+            raise RuntimeError(f"{self.name}: send() needs serve(..., admit=...) running")
+        if not inbox.statistics().closed:
+            inbox.put(key, message)
 
     async def _dispatch(self, mailbox: MailboxReader[K, V], nursery: trio.Nursery) -> None:
         """Hand every value to its key's child until the mailbox ends.
@@ -462,8 +525,10 @@ class KeyedActors(Generic[K, V]):
         return number is not None and number < actor.written
 
     def _failed(self, key: K, exc: Exception) -> float:
-        """Log a failed handler call once and return its retry delay."""
+        """Log a failed handler call once, tell `on_error`, and return its retry delay."""
         self._retries += 1
+        if self._on_error is not None:
+            self._on_error(key, exc)
         fixed = retry_after_s(exc)
         if fixed is not None:
             log.info(

@@ -30,12 +30,11 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext, info, warn
-from trio_ccm.actors.passes import serve_passes
-from trio_ccm.actors.views import has_taint, node_info, taints_json
+from trio_ccm.actors.passes import own_failure, serve_passes
+from trio_ccm.actors.views import has_taint, node_info
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
-    CloudProvider,
     InstanceMetadata,
     Instances,
     InvalidProviderIDError,
@@ -54,7 +53,6 @@ from trio_ccm.kube.wellknown import (
     TAINT_SHUTDOWN,
 )
 from trio_ccm.logs import get_logger
-from trio_ccm.settings import Settings
 
 __all__ = ["NodeLifecycleController", "needs_look"]
 
@@ -84,17 +82,14 @@ class NodeLifecycleController(Controller):
     informers = frozenset({"nodes"})
     client_name = "node-controller"
     event_component = COMPONENT_CLOUD_NODE_LIFECYCLE
-
-    @classmethod
-    def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
-        return None if cloud.instances is not None else "the cloud provider has no instances"
+    capability = "instances"
 
     async def run(self, ctx: ControllerContext) -> None:
         """One monitoring pass every --node-monitor-period after the previous one ended."""
         instances = ctx.cloud.instances
-        assert instances is not None  # requires() said so
+        assert instances is not None  # the capability is checked before a term starts
         async with ctx.nodes.subscription() as updates:
-            term = _Term(ctx, instances, updates)
+            term = _LifecycleTerm(ctx, instances, updates)
             await serve_passes(
                 term.monitor,
                 name=ctx.name,
@@ -103,7 +98,7 @@ class NodeLifecycleController(Controller):
             )
 
 
-class _Term:
+class _LifecycleTerm:
     """One term of leadership: the Nodes that need a look, and the monitoring passes."""
 
     def __init__(
@@ -195,12 +190,12 @@ class _Term:
     async def ask(node: Node, question: Callable[[NodeInfo], Awaitable[bool]]) -> bool | None:
         """The cloud's answer about the Node's instance; None when it has none this round
         (an error, or a provider ID the cloud refuses): never a reason to delete."""
-        try:
-            return await question(node_info(node))
-        except InvalidProviderIDError as exc:  # cloud-node gave the Warning; never deleted
-            log.debug("lifecycle.check-skipped", node=node.metadata.name, error=str(exc))
-        except Exception as exc:  # the provider's error skips this round
-            log.warning("lifecycle.check-failed", node=node.metadata.name, error=str(exc))
+        # The provider's error skips this round.
+        with own_failure("lifecycle.check-failed", node=node.metadata.name):
+            try:
+                return await question(node_info(node))
+            except InvalidProviderIDError as exc:  # cloud-node gave the Warning; never deleted
+                log.debug("lifecycle.check-skipped", node=node.metadata.name, error=str(exc))
         return None
 
     async def delete(self, node: Node) -> None:
@@ -231,7 +226,7 @@ class _Term:
 
     async def patch_taint(self, node: Node, add: bool) -> None:
         name = node.metadata.name
-        taints = taints_json(node)
+        taints = node.spec.taints
         patch = add_taint(taints, _SHUTDOWN_TAINT) if add else remove_taint(taints, TAINT_SHUTDOWN)
         if patch.empty:
             return

@@ -11,6 +11,10 @@ out):
 - `NetworkUnavailable` (RouteCreated / NoRouteCreated) is written only when it changes.
 - Passes run at start, every `--route-reconciliation-period` (non-sliding), and soon after
   a relevant Node change (at most one per second); they never overlap.
+- **Unknown outcomes**: a create or delete whose outcome is unknown (`OutcomeUnknownError`,
+  or a caller's timeout) may still land after a later pass fixed things. Every pass lists
+  the routes afresh (no record is trusted), and one more pass is asked for once the call
+  can no longer land, so a late landing is undone then, not a period later.
 
 Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 """
@@ -27,7 +31,8 @@ import prometheus_client
 import trio
 
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, warn
-from trio_ccm.actors.passes import Wake, serve_passes
+from trio_ccm.actors.passes import Wake, own_failure, serve_passes
+from trio_ccm.actors.rechecks import Rechecks, late_landing_s, outcome_unknown
 from trio_ccm.actors.views import node_addresses
 from trio_ccm.base.govalues import format_duration
 from trio_ccm.base.mailbox import MailboxReader
@@ -196,6 +201,7 @@ class NodeRouteController(Controller):
     informers = frozenset({"nodes"})
     client_name = "route-controller"
     event_component = COMPONENT_ROUTE
+    capability = "routes"
 
     @classmethod
     def requires(cls, cloud: CloudProvider, settings: Settings) -> str | None:
@@ -203,8 +209,8 @@ class NodeRouteController(Controller):
         cloud routes; an error (exit) when it would run without --cluster-cidr."""
         if not settings.configure_cloud_routes:
             return "--configure-cloud-routes=false"
-        if cloud.routes is None:
-            return "the cloud provider has no routes"
+        if (missing := super().requires(cloud, settings)) is not None:
+            return missing
         if not settings.cluster_cidr:
             raise ConfigError(
                 "node-route-controller: --cluster-cidr is empty, so no route could be told "
@@ -225,13 +231,14 @@ class NodeRouteController(Controller):
     async def run(self, ctx: ControllerContext) -> None:
         """A pass at start, every period, and soon after relevant Node changes."""
         routes = ctx.cloud.routes
-        assert routes is not None  # requires() said so
-        term = _Term(ctx, routes, self.syncs)
+        assert routes is not None  # the capability is checked before a term starts
+        term = _RouteTerm(ctx, routes, self.syncs)
         async with ctx.nodes.subscription() as mailbox, trio.open_nursery() as nursery:
             # The mailbox starts with every cached Node: seeded from the same cache, so they
             # are not taken for changes (the first pass covers them).
             term.seen = {node.metadata.name: _relevant(node) for node in ctx.nodes.items()}
             nursery.start_soon(term.watch, mailbox)
+            nursery.start_soon(term.rechecks.serve, term.late_landing_over)
             await serve_passes(
                 term.reconcile,
                 name=ctx.name,
@@ -241,7 +248,7 @@ class NodeRouteController(Controller):
             )
 
 
-class _Term:
+class _RouteTerm:
     """One term of leadership: the passes and what triggers them."""
 
     def __init__(self, ctx: ControllerContext, routes: Routes, syncs: prometheus_client.Counter):
@@ -254,6 +261,16 @@ class _Term:
         self.limiter = trio.CapacityLimiter(MAX_CONCURRENT_ROUTE_OPERATIONS)
         self.seen: dict[str, _Relevant] = {}  # per Node: what of it a route depends on
         self.changed = Wake()
+        self.rechecks: Rechecks[str] = Rechecks()  # one key: "pass"
+
+    def note_unknown(self, started: float, exc: Exception | None) -> None:
+        """A route call's outcome is unknown: a pass once it can no longer land."""
+        if exc is not None and outcome_unknown(exc):
+            self.rechecks.at("pass", started + late_landing_s(exc))
+
+    def late_landing_over(self, _: str) -> None:
+        log.info("route.late-landing-check")
+        self.changed.set()
 
     async def watch(self, mailbox: MailboxReader[str, Update[Node]]) -> None:
         async for name, update in mailbox:
@@ -310,25 +327,25 @@ class _Term:
     async def delete(self, route: Route, done: trio.Event) -> None:
         started = trio.current_time()
         try:
-            async with self.limiter:
-                await self.routes.delete_route(self.cluster, route)
-        except Exception as exc:  # only logged, as upstream: the next pass tries again
-            log.warning(
+            # Only logged, as upstream: the next pass tries again.
+            with own_failure(
                 "route.delete-failed",
                 route=route.name,
                 node=route.target_node,
                 cidr=route.destination_cidr,
-                error=str(exc),
-            )
-        else:
-            log.info(
-                "route.deleted",
-                route=route.name,
-                node=route.target_node,
-                cidr=route.destination_cidr,
-                blackhole=route.blackhole,
-                took_s=trio.current_time() - started,
-            )
+            ) as failure:
+                async with self.limiter:
+                    await self.routes.delete_route(self.cluster, route)
+            self.note_unknown(started, failure.error)
+            if failure.error is None:
+                log.info(
+                    "route.deleted",
+                    route=route.name,
+                    node=route.target_node,
+                    cidr=route.destination_cidr,
+                    blackhole=route.blackhole,
+                    took_s=trio.current_time() - started,
+                )
         finally:
             done.set()
 
@@ -338,20 +355,19 @@ class _Term:
         node, route = create.node, create.route
         name, hint = node.metadata.name, node.metadata.uid
         started = trio.current_time()
-        try:
+        # An Event and NetworkUnavailable=True; the next pass retries.
+        with own_failure("route.create-failed", node=name, cidr=route.destination_cidr) as failure:
             async with self.limiter:
                 await self.routes.create_route(self.cluster, hint, route)
-        except Exception as exc:  # an Event and NetworkUnavailable=True; next pass retries
+        self.note_unknown(started, failure.error)
+        if failure.error is not None:
             todo.failed += 1
             elapsed = format_duration(trio.current_time() - started, micro="µs")
             message = (
                 f"Could not create route {hint} {route.destination_cidr} for node {name} "
-                f"after {elapsed}: {exc}"
+                f"after {elapsed}: {failure.error}"
             )
             warn(self.ctx, node, reason=REASON_FAILED_TO_CREATE_ROUTE, message=message)
-            log.warning(
-                "route.create-failed", node=name, cidr=route.destination_cidr, error=str(exc)
-            )
             return
         todo.actions[name][create.cidr_key] = "keep"
         log.info(

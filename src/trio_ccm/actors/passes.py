@@ -13,8 +13,12 @@
 - **Passes never overlap**, and a pass's failure is its own: an exception from `pass_fn` is
   logged (`pass.failed`; the traceback at the first failure of a streak, one line for each
   failure after it) and the next pass runs on schedule. This is
-  the one broad `except` of pass-style work; a failure of a single object inside a pass is
-  the pass's to handle.
+  the one broad `except` of pass-style work.
+- **One object's failure is its own.** Inside a pass (or a sweep), the cloud call for one
+  Node, route or load balancer runs under `own_failure(...)`: whatever it raises is logged
+  with the object's fields and kept in the returned `Failure` (the caller may add an Event),
+  and the pass goes on with the others; the next pass tries again. This is the other broad
+  `except` of pass-style work: a provider may raise anything.
 
 Times are Trio's (`trio.current_time`), so everything runs under `MockClock`.
 
@@ -24,14 +28,16 @@ A pass over every Node is O(N) work on the one Trio thread: such a pass steps a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import NoReturn
 
 import trio
 
 from trio_ccm.logs import get_logger
 
-__all__ = ["Wake", "serve_passes"]
+__all__ = ["Failure", "Wake", "own_failure", "serve_passes"]
 
 log = get_logger("trio_ccm.actors.passes")
 
@@ -103,3 +109,23 @@ async def serve_passes(
         with trio.move_on_at(due):
             await wake.wait()
             await trio.sleep_until(started + min_spacing_s)
+
+
+@dataclass(slots=True)
+class Failure:
+    """What `own_failure` caught (None: the block succeeded)."""
+
+    error: Exception | None = None
+
+
+@contextmanager
+def own_failure(event: str, **fields: object) -> Iterator[Failure]:
+    """Run one object's part of a pass: an exception is logged as `event` with `fields`
+    (a warning: the next pass retries) and kept in the `Failure`, never raised. Cancellation
+    passes through (it is not an Exception)."""
+    failure = Failure()
+    try:
+        yield failure
+    except Exception as exc:  # one object's failure is its own; see the module docstring
+        failure.error = exc
+        log.warning(event, error=str(exc), **fields)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trio_ccm.cloud.provider import NodeAddress, NodeInfo, ServiceInfo, ServicePort
 from trio_ccm.kube.events import ObjectRef
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Resource, Service
-from trio_ccm.kube.patches import JSONValue
+from trio_ccm.kube.patches import JSONValue, encode
 from trio_ccm.kube.wellknown import CONDITION_READY
 
 
@@ -48,16 +48,9 @@ def has_taint(node: Node, key: str) -> bool:
 
 
 def taints_json(node: Node) -> list[dict[str, JSONValue]]:
-    """The Node's taints as the API server returns them (for guarded JSON patches)."""
-    taints: list[dict[str, JSONValue]] = []
-    for taint in node.spec.taints:
-        body: dict[str, JSONValue] = {"key": taint.key, "effect": taint.effect}
-        if taint.value:
-            body["value"] = taint.value
-        if taint.time_added:
-            body["timeAdded"] = taint.time_added
-        taints.append(body)
-    return taints
+    """The Node's taints as the API server returns them (for guarded JSON patches), as
+    their Struct encodes them."""
+    return [encode(taint) for taint in node.spec.taints]
 
 
 def service_info(service: Service) -> ServiceInfo:

@@ -37,7 +37,12 @@ from typing import Final, Protocol, runtime_checkable
 
 import msgspec
 
-from trio_ccm.base.values import NodeAddress  # public here (one class with the kube cache's)
+# Public here; one class each with the kube cache's (trio_ccm.base.values says why).
+from trio_ccm.base.values import (
+    LoadBalancerIngress,
+    NodeAddress,  # public here (one class with the kube cache's)
+    PortStatus,
+)
 from trio_ccm.errors import CcmError, RetryAfter
 
 __all__ = [
@@ -212,23 +217,6 @@ class ServiceInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PortStatus:
-    port: int
-    protocol: str
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LoadBalancerIngress:
-    """One ingress point; `ip_mode` is "VIP" or "Proxy" (Kubernetes 1.30+), None to omit."""
-
-    ip: str = ""
-    hostname: str = ""
-    ip_mode: str | None = None
-    ports: tuple[PortStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Final, Generic, TypeVar
 import msgspec
 from msgspec.structs import force_setattr
 
-from trio_ccm.base.values import NodeAddress
+from trio_ccm.base.values import LoadBalancerIngress, NodeAddress
 from trio_ccm.kube.wellknown import (
     ANNOTATION_PROVIDED_NODE_IP,
     CONDITION_NETWORK_UNAVAILABLE,
@@ -267,19 +267,6 @@ class ServicePort(_Base, frozen=True, gc=False):
     target_port: int | str | None = None
     node_port: int = 0
     app_protocol: str | None = None
-
-
-class PortStatus(_Base, frozen=True, gc=False):
-    port: int = 0
-    protocol: str = "TCP"
-    error: str | None = None
-
-
-class LoadBalancerIngress(_Base, frozen=True, gc=False):
-    ip: str = ""
-    hostname: str = ""
-    ip_mode: str | None = None
-    ports: tuple[PortStatus, ...] = ()
 
 
 class LoadBalancerStatus(_Base, frozen=True, gc=False):

@@ -1,6 +1,9 @@
 """Pure builders of the patches controllers send: nothing here does I/O.
 
-Each builder returns a `Patch` (content type + JSON document). Lists the API server would
+Each builder returns a `Patch` (content type + JSON document). Objects the cache decoded
+(a Node's `Taint`s, a Service's `LoadBalancerIngress`) are encoded by their own Struct,
+with the API's field names and omissions, never written out by hand here; plain JSON
+mappings are taken too (the public kit's callers build taints that way). Lists the API server would
 merge oddly are written with JSON patches guarded by `test` operations, so a concurrent
 change makes the write fail with 422 instead of silently losing someone else's update.
 """
@@ -9,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
+
+import msgspec
 
 JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 
@@ -74,13 +79,22 @@ def remove_finalizer(current: Sequence[str] | None, finalizer: str) -> Patch:
     )
 
 
-def _taint_json(taint: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
-    return {k: v for k, v in taint.items() if v not in (None, "")}
+Encodable = Mapping[str, JSONValue] | msgspec.Struct
+"""A JSON object, or a kube Struct that encodes to one (`Taint`, `LoadBalancerIngress`)."""
 
 
-def add_taint(
-    current: Sequence[Mapping[str, JSONValue]] | None, taint: Mapping[str, JSONValue]
-) -> Patch:
+def encode(value: Encodable) -> dict[str, JSONValue]:
+    """`value` as the JSON object the API server reads (a Struct by its own encoding)."""
+    if isinstance(value, msgspec.Struct):
+        return cast("dict[str, JSONValue]", msgspec.to_builtins(value))
+    return dict(value)
+
+
+def _taint_json(taint: Encodable) -> dict[str, JSONValue]:
+    return {k: v for k, v in encode(taint).items() if v not in (None, "")}
+
+
+def add_taint(current: Sequence[Encodable] | None, taint: Encodable) -> Patch:
     """Add a taint (key+effect unique, as the API requires), guarded by the taints seen."""
     existing = [_taint_json(t) for t in current or ()]
     wanted = _taint_json(taint)
@@ -96,9 +110,7 @@ def add_taint(
     return _guarded_replace("/spec/taints", existing if current else None, new)
 
 
-def remove_taint(
-    current: Sequence[Mapping[str, JSONValue]] | None, key: str, effect: str | None = None
-) -> Patch:
+def remove_taint(current: Sequence[Encodable] | None, key: str, effect: str | None = None) -> Patch:
     """Remove taints with `key` (and `effect`, if given), guarded by the taints seen."""
     existing = [_taint_json(t) for t in current or ()]
     kept: list[JSONValue] = [
@@ -135,9 +147,9 @@ def set_node_addresses(addresses: Iterable[Mapping[str, str]]) -> Patch:
     return Patch(MERGE, {"status": {"addresses": [dict(a) for a in addresses]}})
 
 
-def set_load_balancer_status(ingress: Iterable[Mapping[str, JSONValue]]) -> Patch:
+def set_load_balancer_status(ingress: Iterable[Encodable]) -> Patch:
     """Replace status.loadBalancer (send to services/status)."""
-    listed: list[JSONValue] = [dict(i) for i in ingress]
+    listed: list[JSONValue] = [encode(i) for i in ingress]
     # An empty list would be merged away; null removes the ingress field itself.
     return Patch(MERGE, {"status": {"loadBalancer": {"ingress": listed or None}}})
 
@@ -149,7 +161,7 @@ def _pointer(token: str) -> str:
 
 def initialize_node(
     *,
-    taints: Sequence[Mapping[str, JSONValue]],
+    taints: Sequence[Encodable],
     remove_taint_key: str,
     provider_id: str | None,
     labels_seen: Mapping[str, str],

@@ -17,6 +17,11 @@ under `trio.testing.MockClock(autojump_threshold=0)` (pass the clock to enable p
 freezes): a schedule of several virtual minutes takes a second or two of real time.
 tests/faults/test_leadership.py runs a bounded count; `bench/chaos.py --in-process` runs
 hundreds.
+
+`run_slow_cloud(SlowCloudConfig(...))` is the slow-cloud phase (issue 27): every cloud call
+held past the CCM's timeout and applied late, then cleared; it reports `stale_after_s`, how
+long a load balancer or route still differed from what it should be after the fault
+cleared (`bench/chaos.py --slow-cloud`).
 """
 
 from __future__ import annotations
@@ -51,12 +56,16 @@ from trio_ccm_testbed.cloud import SimCloud
 __all__ = [
     "LEASES",
     "PROBLEM_KINDS",
+    "SLOW_CLOUD_KINDS",
     "ChaosConfig",
     "ChaosReport",
     "Problem",
+    "SlowCloudConfig",
+    "SlowCloudReport",
     "check_invariants",
     "find_problems",
     "run_chaos",
+    "run_slow_cloud",
 ]
 
 LEASES: Final = {"short": (4.0, 3.0, 1.0), "default": (15.0, 10.0, 2.0)}
@@ -584,3 +593,84 @@ def _handovers(graceful: list[tuple[str, float]], lease_writes: list[LeaseWrite]
         if nxt is not None:
             found.append(nxt - at)
     return found
+
+
+# -- the slow cloud (issue 27) ------------------------------------------------------------
+SLOW_CLOUD_KINDS: Final = frozenset(
+    {"backends", "ports", "source-ranges", "missing", "leaked", "duplicate", "route-stale"}
+)
+"""What a slow cloud can leave wrong in the cloud itself: a load balancer or a route."""
+
+
+@dataclass(frozen=True)
+class SlowCloudConfig:
+    """One slow-cloud run: after convergence, every cloud call is held for `hold_s` (twice
+    the sim provider's 10 s timeout by default) and then applied, for `slow_s`, while the
+    workload changes Services and Nodes; then the fault clears and the cloud is watched for
+    `watch_s`."""
+
+    seed: int = 1
+    nodes: int = 8
+    services: int = 6
+    slow_s: float = 120.0
+    hold_s: float = 20.0
+    watch_s: float = 300.0
+
+
+@dataclass
+class SlowCloudReport:
+    """What a slow-cloud run found."""
+
+    config: SlowCloudConfig
+    stale_after_s: float = math.inf
+    """From the fault clearing to the last moment any load balancer or route differed from
+    what it should be (inf: it still differed when the watch ended)."""
+    landed_late: int = 0
+    """Requests the cloud applied after holding them."""
+    kinds: Counter[str] = field(default_factory=Counter)
+    """Kinds of problem seen after the fault cleared (counted once per look)."""
+    problems: list[str] = field(default_factory=list)
+    """Load balancer and route problems left when the watch ended."""
+
+
+async def run_slow_cloud(config: SlowCloudConfig) -> SlowCloudReport:
+    """One slow-cloud run (one replica); see `SlowCloudConfig`. Run it under
+    `trio.testing.MockClock(autojump_threshold=0)`."""
+    report = SlowCloudReport(config)
+    world = _World(ChaosConfig(seed=config.seed, replicas=1, cloud_faults=False))
+    async with world.http, trio.open_nursery() as nursery:
+        for _ in range(config.nodes):
+            world.add_node()
+        for _ in range(config.services):
+            world.add_service()
+        replica = _Replica("ccm-0", world, nursery)
+        await replica.start()
+        with trio.move_on_after(_CONVERGE_LIMIT_S):
+            while await world.problems():  # noqa: ASYNC110 - no change feed to wait on
+                await trio.sleep(1.0)
+        slow = world.cloud.faults.late("*", delay_s=config.hold_s)
+        workload = trio.CancelScope()
+        nursery.start_soon(_workload, world, workload)
+        await trio.sleep(config.slow_s)
+        workload.cancel()
+        world.cloud.faults.remove(slow)
+        cleared = trio.current_time()
+        last_bad: float | None = None
+        left: list[Problem] = []
+        while trio.current_time() < cleared + config.watch_s:
+            found = find_problems(
+                await world.items("/api/v1/nodes"),
+                await world.items("/api/v1/services"),
+                world.cloud.state(),
+            )
+            left = [p for p in found if p.kind in SLOW_CLOUD_KINDS]
+            report.kinds.update(p.kind for p in left)
+            if left:
+                last_bad = trio.current_time()
+            await trio.sleep(0.5)
+        report.stale_after_s = math.inf if left else 0.0 if last_bad is None else last_bad - cleared
+        report.problems = [p.message for p in left]
+        report.landed_late = world.cloud.faults.landed_late
+        replica.kill()
+        nursery.cancel_scope.cancel()
+    return report

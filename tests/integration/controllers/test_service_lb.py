@@ -8,11 +8,11 @@ each write and cloud call it expects has an exact virtual time.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -314,7 +314,7 @@ class ProxyModeLoadBalancers:
             raise ImplementedElsewhere("built by the example.com controller")
         status: LoadBalancerStatus = await self.inner.ensure_load_balancer(cluster, service, nodes)
         return LoadBalancerStatus(
-            tuple(dataclasses.replace(i, ip_mode="Proxy") for i in status.ingress)
+            tuple(msgspec.structs.replace(i, ip_mode="Proxy") for i in status.ingress)
         )
 
     async def update_load_balancer(

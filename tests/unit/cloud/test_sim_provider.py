@@ -20,6 +20,7 @@ from trio_ccm.cloud.provider import (
     LoadBalancerStatus,
     NodeAddress,
     NodeInfo,
+    OutcomeUnknownError,
     Route,
     Routes,
     ServiceInfo,
@@ -496,3 +497,98 @@ async def test_route_lifecycle(cloud: SimCloud, provider: SimProvider) -> None:
         f"{CLUSTER}/10.244.2.0/24",
     ]
     assert [c.status for c in cloud.calls_by(method="DeleteRoute")] == [204, 404, 204]
+
+
+# -- unknown outcomes (issue 27) ---------------------------------------------------------
+def _write_refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+def _connection_lost(request: httpx.Request) -> httpx.Response:
+    raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+
+@pytest.mark.parametrize(
+    ("handler", "unknown", "late_s"),
+    [
+        pytest.param(_write_refused, False, None, id="connect-error-is-clean"),
+        pytest.param(_connection_lost, True, None, id="lost-after-sending-is-unknown"),
+    ],
+)
+async def test_a_transport_failure_of_a_write_says_whether_it_was_sent(
+    handler: object, unknown: bool, late_s: float | None
+) -> None:
+    """A write that could not connect failed cleanly; one whose connection broke after sending
+    has an unknown outcome (OutcomeUnknownError)."""
+    provider = SimProvider(
+        url="http://127.0.0.1:9",
+        replica="r",
+        transport=httpx.MockTransport(handler),  # type: ignore[arg-type]
+    )
+    assert provider.load_balancers is not None
+    with trio.fail_after(LIMIT_S), pytest.raises(SimCloudError) as caught:
+        await provider.load_balancers.update_load_balancer(CLUSTER, _service(), [])
+    await provider.aclose()
+    assert isinstance(caught.value, OutcomeUnknownError) is unknown
+    if unknown:
+        assert isinstance(caught.value, OutcomeUnknownError)
+        assert caught.value.late_landing_s == late_s  # the cloud did not say how long it holds
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "unknown", "late_s"),
+    [
+        pytest.param("PutLoadBalancer", 500, True, 0.0, id="write-5xx-is-unknown"),
+        pytest.param("PutLoadBalancer", 503, True, 0.0, id="write-503-is-unknown"),
+        pytest.param("PutLoadBalancer", 409, False, None, id="write-4xx-is-clean"),
+        pytest.param("GetLoadBalancer", 500, False, None, id="read-5xx-is-clean"),
+    ],
+)
+async def test_error_answers_of_writes_are_unknown_outcomes(
+    cloud: SimCloud,
+    provider: SimProvider,
+    method: str,
+    status: int,
+    unknown: bool,
+    late_s: float | None,
+) -> None:
+    """A 5xx to a write is an unknown outcome (nothing of it is still queued: 0 s to land);
+    a 4xx, or any error of a read, is a clean failure."""
+    cloud.faults.error(method, status=status)
+    lbs = provider.load_balancers
+    assert lbs is not None
+    call = (
+        lbs.get_load_balancer(CLUSTER, _service())
+        if method == "GetLoadBalancer"
+        else lbs.ensure_load_balancer(CLUSTER, _service(), [])
+    )
+    with trio.fail_after(LIMIT_S), pytest.raises(SimCloudError) as caught:
+        await call
+    assert caught.value.status == status
+    assert isinstance(caught.value, OutcomeUnknownError) is unknown
+    if isinstance(caught.value, OutcomeUnknownError):
+        assert caught.value.late_landing_s == late_s
+
+
+async def test_a_write_held_past_the_timeout_is_unknown_and_lands_late(
+    autojump_clock: trio.testing.MockClock, cloud: SimCloud, provider: SimProvider
+) -> None:
+    """A write the cloud holds 25 s times out at 10 s as an unknown outcome that may land
+    until 10 + 25 + 1 s after it started, and the cloud applies it at 25 s; a read held the
+    same way is a clean failure."""
+    cloud.faults.late("loadbalancers", delay_s=25.0)
+    lbs = provider.load_balancers
+    assert lbs is not None
+    with trio.fail_after(LIMIT_S):
+        with pytest.raises(OutcomeUnknownError) as caught:
+            await lbs.ensure_load_balancer(CLUSTER, _service(), [])
+        assert trio.current_time() == 10.0
+        assert caught.value.late_landing_s == 36.0
+        assert cloud.load_balancers() == []
+        await trio.sleep_until(25.0)
+        assert [lb.name for lb in cloud.load_balancers()] == [
+            default_load_balancer_name(_service())
+        ]
+        with pytest.raises(SimCloudError) as read:
+            await lbs.get_load_balancer(CLUSTER, _service())
+        assert not isinstance(read.value, OutcomeUnknownError)

@@ -1,7 +1,9 @@
-"""The `sim` provider's own error: the simulated cloud failed or could not be reached."""
+"""The `sim` provider's own errors: the simulated cloud failed or could not be reached, or a
+write was sent and its outcome is unknown."""
 
 from __future__ import annotations
 
+from trio_ccm.cloud.provider import OutcomeUnknownError
 from trio_ccm.errors import CcmError
 
 
@@ -26,3 +28,25 @@ class SimCloudError(CcmError):
         self.target = target
         self.status = status
         self.code = code
+
+
+class SimOutcomeUnknownError(SimCloudError, OutcomeUnknownError):
+    """A write to the simulated cloud was sent and its outcome is unknown: no answer within
+    the timeout, the connection lost after sending, or a 5xx. The cloud may still apply it
+    until `late_landing_s` after the call started (the timeout plus how long the cloud says
+    it may hold a request: `holdSeconds` of its admin API)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str = "",
+        target: str = "",
+        status: int | None = None,
+        code: str = "",
+        late_landing_s: float | None = None,
+    ) -> None:
+        SimCloudError.__init__(
+            self, message, method=method, target=target, status=status, code=code
+        )
+        self.late_landing_s = late_landing_s

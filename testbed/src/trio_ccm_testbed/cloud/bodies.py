@@ -74,6 +74,12 @@ class ThrottleBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     burst: int = 100
 
 
+class LateBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    method: str
+    delay_seconds: float
+    count: int | None = None
+
+
 class SettingsBody(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     consistency_delay_seconds: float | None = None
     lb_provisioning_seconds: float | None = None

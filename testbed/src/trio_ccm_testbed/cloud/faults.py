@@ -1,4 +1,5 @@
-"""Faults of the simulated cloud: latency, injected errors, throttling, eventual consistency.
+"""Faults of the simulated cloud: latency, injected errors, throttling, eventual consistency,
+and late landings.
 
 A rule selects calls by API method (`GetInstance`), by family (`instances`) or all of
 them (`*`). Latency rules add up; error rules fire with a probability (seeded dice) and
@@ -6,12 +7,22 @@ at most `count` times; throttle rules are token buckets like real clouds': they 
 with `burst` tokens, refill at `rate_per_s`, and a call finding less than one token is
 answered 429 with the exact time until the next token as Retry-After. Every bucket a call
 matches must admit it, and the call then takes a token from each.
+
+A late rule holds matching calls (at most `count` of them) for `delay_s` and then applies
+them, whether or not the caller is still waiting: set `delay_s` beyond the client's timeout
+and the request lands after the client gave up (and after its retry, if that was quick), as
+real clouds do with queued writes. A held request is applied at its due time by the first
+thing that looks at the cloud after it (an API call, the admin API, a Python getter), so no
+task is needed and it runs under `MockClock`. `hold_s` (admin: `holdSeconds` in
+`GET /_sim/settings`) says how long the cloud may hold a request, also after the rule was
+removed while requests it held are still waiting: a provider's margin.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -136,7 +147,41 @@ class ThrottleRule:
         }
 
 
-FaultRule = LatencyRule | ErrorRule | ThrottleRule
+@dataclass
+class LateRule:
+    """Hold matching calls for `delay_s`, then apply them (at most `count` times)."""
+
+    id: int
+    method: str
+    delay_s: float
+    count: int | None
+    fired: int = 0
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "id": self.id,
+            "kind": "late",
+            "method": self.method,
+            "delaySeconds": self.delay_s,
+            "count": self.count,
+            "fired": self.fired,
+        }
+
+
+@dataclass
+class Held:
+    """One held request: applied by `Faults.land` at `due` (its answer, or the SimApiError
+    it raised, kept in `answer`)."""
+
+    due: float
+    delay_s: float
+    method: str
+    apply: Callable[[float], object]
+    answer: object = None
+    landed: bool = False
+
+
+FaultRule = LatencyRule | ErrorRule | ThrottleRule | LateRule
 
 
 class Faults:
@@ -147,6 +192,10 @@ class Faults:
         self.rules: list[FaultRule] = []
         self.consistency_delay_s = 0.0
         """New instances stay invisible to API lookups for this long after they are added."""
+        self.held: list[Held] = []
+        """Requests held by late rules, not yet applied."""
+        self.landed_late = 0
+        """Held requests applied so far."""
         self._ids = itertools.count(1)
 
     # -- adding and removing rules ----------------------------------------------------
@@ -194,6 +243,23 @@ class Faults:
         self.rules.append(rule)
         return rule
 
+    def late(self, method: str, *, delay_s: float, count: int | None = None) -> LateRule:
+        """Hold calls to `method` for `delay_s`, then apply them (at most `count` times)."""
+        if delay_s <= 0:
+            raise ValueError("late: delay_s must be positive")
+        if count is not None and count < 0:
+            raise ValueError(f"late: count {count} is negative")
+        rule = LateRule(next(self._ids), check_selector(method), delay_s, count)
+        self.rules.append(rule)
+        return rule
+
+    @property
+    def hold_s(self) -> float:
+        """The longest a late rule holds a request, or a request still held was held (a rule
+        removed does not release what it holds); 0: nothing is or would be held."""
+        rules = (r.delay_s for r in self.rules if isinstance(r, LateRule))
+        return max([*rules, *(h.delay_s for h in self.held), 0.0])
+
     def remove(self, rule: FaultRule | int) -> None:
         """Remove one rule (or its id); KeyError when there is no such rule."""
         rule_id = rule if isinstance(rule, int) else rule.id
@@ -203,7 +269,7 @@ class Faults:
         self.rules = kept
 
     def clear(self) -> None:
-        """Remove every rule and end eventual consistency."""
+        """Remove every rule and end eventual consistency (requests held still land)."""
         self.rules = []
         self.consistency_delay_s = 0.0
 
@@ -212,6 +278,8 @@ class Faults:
         return {
             "rules": rules,
             "consistencyDelaySeconds": self.consistency_delay_s,
+            "held": len(self.held),
+            "landedLate": self.landed_late,
         }
 
     # -- applying them ----------------------------------------------------------------
@@ -258,3 +326,30 @@ class Faults:
                 f"{method}: injected fault (rule {rule.id})",
                 retry_after_s=rule.retry_after_s,
             )
+
+    def hold(self, method: str, now: float, apply: Callable[[float], object]) -> Held | None:
+        """Hold this call if a late rule selects it (the rule's count allowing)."""
+        for rule in self.rules:
+            if not isinstance(rule, LateRule) or not selects(rule.method, method):
+                continue
+            if rule.count is not None and rule.fired >= rule.count:
+                continue
+            rule.fired += 1
+            held = Held(now + rule.delay_s, rule.delay_s, method, apply)
+            self.held.append(held)
+            return held
+        return None
+
+    def land(self, now: float) -> None:
+        """Apply every held request whose time has come, in the order they fall due."""
+        due = sorted((h for h in self.held if h.due <= now), key=lambda h: h.due)
+        if not due:
+            return
+        self.held = [h for h in self.held if h.due > now]
+        for held in due:
+            try:
+                held.answer = held.apply(held.due)
+            except SimApiError as exc:  # its answer is an error (the resource went, ...)
+                held.answer = exc
+            held.landed = True
+            self.landed_late += 1

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 import trio
@@ -279,7 +279,8 @@ class SimCloud:
         return None if found is None else self._instances[found]
 
     def _purge(self, now: float) -> None:
-        """Forget terminated instances whose retention is over."""
+        """Apply held requests now due; forget terminated instances whose retention is over."""
+        self.faults.land(now)
         gone = [
             instance_id
             for instance_id in self._terminated
@@ -297,9 +298,11 @@ class SimCloud:
     # -- load balancers and routes: Python API ----------------------------------------
     def load_balancers(self) -> list[LoadBalancer]:
         """Every load balancer, oldest first."""
+        self.faults.land(_trio_now())
         return list(self._load_balancers.values())
 
     def load_balancer(self, name: str) -> LoadBalancer | None:
+        self.faults.land(_trio_now())
         return self._load_balancers.get(name)
 
     def remove_load_balancer(self, name: str) -> None:
@@ -364,6 +367,7 @@ class SimCloud:
             "lbProvisioningSeconds": self.lb_provisioning_s,
             "terminatedRetentionSeconds": self.terminated_retention_s,
             "lbHostnames": self.lb_hostnames,
+            "holdSeconds": self.faults.hold_s,
         }
 
     # -- the HTTP core ----------------------------------------------------------------
@@ -386,8 +390,17 @@ class SimCloud:
                 if delay_s > 0:
                     await trio.sleep(delay_s)
                 now = trio.current_time()
+                self.faults.land(now)
                 self.faults.admit(method, now)
-                response = endpoint.run(now)
+                held = self.faults.hold(method, now, endpoint.run)
+                if held is None:
+                    response = endpoint.run(now)
+                else:  # applied at its time even if the caller is gone (faults.py)
+                    await trio.sleep_until(held.due)
+                    self.faults.land(trio.current_time())
+                    if isinstance(held.answer, SimApiError):
+                        raise held.answer
+                    response = cast("Response", held.answer)
             except SimApiError as exc:
                 response = error_response(exc)
             status = response.status
@@ -762,6 +775,11 @@ class SimCloud:
                     count=error.count,
                     retry_after_s=error.retry_after_seconds,
                 ).to_json()
+            if kind == "late":
+                late = bodies.decode(raw, bodies.LateBody, "late fault")
+                return self.faults.late(
+                    late.method, delay_s=late.delay_seconds, count=late.count
+                ).to_json()
             if kind == "throttle":
                 throttle = bodies.decode(raw, bodies.ThrottleBody, "throttle fault")
                 return self.faults.throttle(
@@ -769,7 +787,7 @@ class SimCloud:
                 ).to_json()
         except ValueError as exc:
             raise bad_request(str(exc)) from exc
-        raise not_found(f"fault kind {kind!r}: use latency, error or throttle")
+        raise not_found(f"fault kind {kind!r}: use latency, error, throttle or late")
 
     def _change_settings(self, raw: bytes) -> None:
         body = bodies.decode(raw, bodies.SettingsBody, "settings")
