@@ -56,6 +56,7 @@ from trio_ccm.cloud.aws.network import (
 )
 from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, tags_of
 from trio_ccm.cloud.provider import (
+    ImplementedElsewhere,
     LoadBalancerIngress,
     LoadBalancerStatus,
     NodeInfo,
@@ -407,8 +408,8 @@ class AwsLoadBalancers:
         """The target groups the Service's ports would have (none when it cannot be planned)."""
         try:
             lb_plan = plan(service, self._context.config, self._context.tagging.cluster_id)
-        except Exception:
-            return []
+        except (ServiceRefused, ImplementedElsewhere):
+            return []  # planned never, so no group was made under a port's name
         return [p.target_group for p in lb_plan.nlb_ports]
 
     async def _scan_groups(self, name: str) -> list[SecurityGroup]:
