@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AssumeRoleSource",
     "AwsCredentials",
+    "AwsCredentialsError",  # re-exported from errors.py, where it lives
     "ChainParts",
     "ContainerSource",
     "CredentialChain",
