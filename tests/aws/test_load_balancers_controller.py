@@ -216,9 +216,14 @@ REFUSALS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("bad-annotation", {"annotations": {HC_INTERVAL: "often"}}, HC_INTERVAL),
     (
-        "not-yet",
-        {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-proxy-protocol": "*"}},
-        "proxy-protocol",
+        "classic-only-on-nlb",
+        {
+            "annotations": {
+                TYPE: "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-extra-security-groups": "sg-1",
+            }
+        },
+        "extra-security-groups",
     ),
 ]
 

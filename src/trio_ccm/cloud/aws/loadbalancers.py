@@ -32,6 +32,8 @@ it out, `network.py` holds the subnets and security groups. This module adds:
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,12 +51,15 @@ from trio_ccm.cloud.aws.network import (
     Rule,
     SecurityGroup,
     authorize,
+    create_group,
     delete_group,
     describe_groups,
+    find_group,
     node_group,
     reconcile_rules,
+    revoke,
 )
-from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, tags_of
+from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, service_tags, tags_of
 from trio_ccm.cloud.provider import (
     ImplementedElsewhere,
     LoadBalancerIngress,
@@ -70,15 +75,26 @@ from trio_ccm.logs import get_logger
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
 
-__all__ = ["NLB_CLIENT_RULE", "NLB_HEALTH_RULE", "AwsLoadBalancers"]
+__all__ = [
+    "NLB_CLIENT_RULE",
+    "NLB_HEALTH_RULE",
+    "NLB_MTU_RULE",
+    "AwsLoadBalancers",
+    "nlb_group_name",
+]
 
 log = get_logger("trio_ccm.cloud.aws.loadbalancers")
 
 NLB_CLIENT_RULE: Final = "kubernetes.io/rule/nlb/client"
 NLB_HEALTH_RULE: Final = "kubernetes.io/rule/nlb/health"
+NLB_MTU_RULE: Final = "kubernetes.io/rule/nlb/mtu"
+"""ICMP fragmentation-needed from every client range of an NLB in the group: one rule per
+range, shared by every NLB (upstream's)."""
+NLB_GROUP_DESCRIPTION: Final = "[k8s] Managed SecurityGroup for LoadBalancer"
 _TAGS_PER_CALL: Final = 20
 _GROUPS_REMEMBERED: Final = 100_000
 _PAGE_SIZE: Final = 400
+_NOT_GROUP_NAME: Final = re.compile(r"[^a-zA-Z0-9-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,25 @@ class _Known:
     node_groups: frozenset[str]
     rules: frozenset[Rule]  # what each of the Nodes' groups holds for it
     status: LoadBalancerStatus
+
+
+def nlb_group_name(cluster: str, namespace: str, name: str, uid: str) -> str:
+    """Upstream's GetSecurityGroupNameForNLB: `k8s-<ns:8>-<name:8>-<sha256(cluster, name,
+    namespace, uid):10>`."""
+    digest = hashlib.sha256()
+    for part in (cluster, name, namespace, uid):
+        digest.update(part.encode())
+    clean = _NOT_GROUP_NAME.sub
+    return f"k8s-{clean('', namespace)[:8]}-{clean('', name)[:8]}-{digest.hexdigest()[:10]}"
+
+
+def mtu_rules(rules: Iterable[Rule]) -> frozenset[Rule]:
+    """The MTU-discovery rules the NLB client rules among `rules` call for."""
+    return frozenset(
+        Rule("icmp", 3, 4, cidr=r.cidr, description=NLB_MTU_RULE)
+        for r in rules
+        if r.cidr and ":" not in r.cidr and r.description.startswith(NLB_CLIENT_RULE + "=")
+    )
 
 
 def _hostname(dns_name: str) -> LoadBalancerStatus:
@@ -209,15 +244,33 @@ class AwsLoadBalancers:
         return frozenset(rules)
 
     @staticmethod
-    def _ours(name: str, clb_group: str) -> Callable[[Rule], bool]:
+    def _ours(name: str, lb_group: str) -> Callable[[Rule], bool]:
+        """The Nodes' group rules made for load balancer `name` (whose own security group,
+        a Classic ELB's or a managed NLB's, is `lb_group`)."""
         descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
 
         def ours(rule: Rule) -> bool:
             return rule.description in descriptions or (
-                bool(clb_group) and rule.group == clb_group and rule.protocol == "-1"
+                bool(lb_group) and rule.group == lb_group and rule.protocol == "-1"
             )
 
         return ours
+
+    async def _sync_mtu(
+        self,
+        groups: Iterable[SecurityGroup],
+        wanted: Mapping[str, frozenset[Rule]],
+        ours: Callable[[Rule], bool],
+    ) -> None:
+        """Each group holds the MTU rules its NLB client rules (every NLB's) call for, once
+        the rules `ours` picks out are `wanted`."""
+        client = self._context.client
+        for group in groups:
+            after = {r for r in group.ingress if not ours(r)} | wanted.get(group.id, frozenset())
+            want = mtu_rules(after)
+            have = frozenset(r for r in group.ingress if r.description == NLB_MTU_RULE)
+            await revoke(client, group.id, have - want)
+            await authorize(client, group.id, want - have)
 
     async def _open_node_groups(
         self,
@@ -254,14 +307,17 @@ class AwsLoadBalancers:
                     instance=instance.id,
                     load_balancer=lb_plan.name,
                 )
+        ours = self._ours(lb_plan.name, clb_group)
         await reconcile_rules(
             context.client,
             groups,
             wanted=wanted,
-            ours=self._ours(lb_plan.name, clb_group),
+            ours=ours,
             # Classic ELB: upstream revokes its rule only from cluster-tagged groups.
             may_revoke=lambda g: not clb_group or context.tagging.has_cluster_tag(g.tags),
         )
+        if lb_plan.nlb:
+            await self._sync_mtu(groups, wanted, ours)
         return frozenset(wanted)
 
     # -- LoadBalancers -----------------------------------------------------------------------
@@ -270,19 +326,37 @@ class AwsLoadBalancers:
     ) -> LoadBalancerStatus:
         """Create or update the Service's load balancer (see the module docstring)."""
         lb_plan = await self._plan(service)
-        self._known.pop(lb_plan.name, None)
+        before = self._known.pop(lb_plan.name, None)
         if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
             raise ServiceRefused(f"Service {service.key}: no port to balance")
+        found_nlb = None
+        if lb_plan.nlb:
+            found_nlb = await self._nlbs.describe(lb_plan.name)
+        if (before is None or before.nlb != lb_plan.nlb) and (
+            found_nlb is None if lb_plan.nlb else True
+        ):
+            await self._refuse_type_change(lb_plan)
         instances = await self._instances(nodes, lb_plan.node_labels)
         ids = sorted(instances)
         if lb_plan.nlb:
-            nlb = await self._nlbs.ensure(lb_plan, ids)
-            rules = (
-                frozenset()
-                if self._context.config.disable_security_group_ingress
-                else await self._nlb_rules(lb_plan, nlb.subnet_ids)
+            own_group = await self._nlb_group(cluster, service, lb_plan, found_nlb)
+            nlb = await self._nlbs.ensure(
+                lb_plan,
+                ids,
+                security_groups=(own_group,) if own_group else lb_plan.security_groups,
+                found=found_nlb,
             )
-            opened = await self._open_node_groups(lb_plan, instances, rules, "")
+            if own_group:
+                # The NLB's own group: one rule on the Nodes' groups lets it in (as a Classic
+                # ELB's), instead of a rule per port and range (see docs/aws.md, quotas).
+                rules = frozenset({Rule("-1", -1, -1, group=own_group)})
+            elif self._context.config.disable_security_group_ingress:
+                rules = frozenset()
+            else:
+                rules = await self._nlb_rules(lb_plan, nlb.subnet_ids)
+            opened = await self._open_node_groups(lb_plan, instances, rules, own_group)
+            if not own_group and self._context.config.nlb_security_group_mode == "Managed":
+                await self._drop_managed_group(cluster, service, lb_plan.name)
             status = _hostname(nlb.dns_name)
             known = _Known(True, tuple(nlb.target_groups), frozenset(ids), opened, rules, status)
         else:
@@ -301,6 +375,89 @@ class AwsLoadBalancers:
             targets=len(ids),
         )
         return status
+
+    async def _refuse_type_change(self, lb_plan: LoadBalancerPlan) -> None:
+        """ServiceRefused when the Service's load balancer exists as the other type (its
+        type annotation changed), as upstream: the existing one is kept, nothing is made."""
+        if lb_plan.nlb:
+            other = await self._clbs.describe(lb_plan.name)
+        else:
+            other = await self._nlbs.describe(lb_plan.name)
+        if other is None:
+            return
+        kind, was = ("NLB", "Classic ELB") if lb_plan.nlb else ("Classic ELB", "NLB")
+        raise ServiceRefused(
+            f"Service {lb_plan.service}: annotation {TYPE_ANNOTATION}: the Service's load "
+            f"balancer {lb_plan.name} is a {was} and AWS cannot turn it into an {kind}; set the "
+            "annotation back, or delete the Service and create it again (a new load balancer, "
+            "a new address)"
+        )
+
+    async def _nlb_group(
+        self,
+        cluster: str,
+        service: ServiceInfo,
+        lb_plan: LoadBalancerPlan,
+        found: Mapping[str, object] | None,
+    ) -> str:
+        """NLBSecurityGroupMode=Managed: the NLB's own group (upstream's name), made if need
+        be, open on the listeners' ports and to ICMP fragmentation-needed from the source
+        ranges. "" when not managed, or when the NLB exists without groups (AWS cannot give
+        it any: it keeps the Nodes' per-port rules, with a warning)."""
+        context = self._context
+        if not lb_plan.managed_security_group:
+            return ""
+        if found is not None and not found.get("SecurityGroups"):
+            log.warning(
+                "aws.nlb-without-security-groups",
+                load_balancer=lb_plan.name,
+                service=lb_plan.service,
+                fix="AWS cannot add security groups to an NLB made without; recreate the "
+                "Service for a managed group",
+            )
+            return ""
+        vpc_id = await context.vpc_id()
+        name = nlb_group_name(cluster, service.namespace, service.name, service.uid)
+        group = await find_group(context.client, name=name, vpc_id=vpc_id)
+        if group is None:
+            group = await create_group(
+                context.client,
+                name=name,
+                description=NLB_GROUP_DESCRIPTION,
+                vpc_id=vpc_id,
+                tags=service_tags(
+                    context.tagging, lb_plan.service, lb_plan.uid, lb_plan.extra_tags
+                ),
+            )
+            log.info("aws.security-group-created", group=group.id, load_balancer=lb_plan.name)
+        wanted = frozenset(
+            [
+                Rule("udp" if p.protocol == "UDP" else "tcp", p.port, p.port, cidr=cidr)
+                for p in lb_plan.nlb_ports
+                for cidr in lb_plan.source_ranges
+            ]
+            + [Rule("icmp", 3, 4, cidr=cidr) for cidr in lb_plan.source_ranges]
+        )
+        await reconcile_rules(
+            context.client, [group], wanted={group.id: wanted}, ours=lambda r: not r.group
+        )
+        return group.id
+
+    async def _drop_managed_group(self, cluster: str, service: ServiceInfo, name: str) -> None:
+        """The NLB's managed group, once it uses BYO groups instead: the Nodes' rules that
+        let it in are revoked, and the group deleted (upstream's removeOwnedSecurityGroups)."""
+        context = self._context
+        group_name_ = nlb_group_name(cluster, service.namespace, service.name, service.uid)
+        groups = await self._scan_groups(name)
+        own = [g for g in groups if g.name == group_name_ and context.tagging.owned(g.tags)]
+        if not own:
+            return
+        ids = {g.id for g in own}
+        await reconcile_rules(
+            context.client, groups, wanted={}, ours=lambda r: r.group in ids and r.protocol == "-1"
+        )
+        for group in own:
+            await delete_group(context.client, group.id, why=f"of NLB {name}, now BYO")
 
     async def update_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
@@ -375,7 +532,8 @@ class AwsLoadBalancers:
         for instance in candidates:
             group = node_group(instance, by_id, context.tagging)
             if group and group not in opened and group in by_id:
-                await authorize(context.client, group, known.rules - by_id[group].ingress)
+                wanted = known.rules | mtu_rules(known.rules)
+                await authorize(context.client, group, wanted - by_id[group].ingress)
                 opened.add(group)
         return frozenset(opened)
 
@@ -424,28 +582,38 @@ class AwsLoadBalancers:
         """Delete everything made for the Service (see the module docstring)."""
         await self._context.ready()
         await self._delete(
-            default_load_balancer_name(service), service.key, self._group_names(service)
+            default_load_balancer_name(service),
+            service.key,
+            self._group_names(service),
+            [nlb_group_name(cluster, service.namespace, service.name, service.uid)],
         )
 
-    async def _delete(self, name: str, service: str, target_groups: Sequence[str]) -> None:
+    async def _delete(
+        self,
+        name: str,
+        service: str,
+        target_groups: Sequence[str],
+        nlb_groups: Sequence[str] = (),
+    ) -> None:
         context = self._context
         where = f"load balancer {name} (Service {service})"
         self._known.pop(name, None)
         groups = await self._scan_groups(name)
-        own = [g for g in groups if g.name == group_name(name) and context.tagging.owned(g.tags)]
+        own_names = {group_name(name), *nlb_groups}
+        own = [g for g in groups if g.name in own_names and context.tagging.owned(g.tags)]
         clb = await self._clbs.describe(name)
         held = clb.get("SecurityGroups") if clb is not None else None
         lb_groups = [str(g) for g in held] if isinstance(held, list) else []
         refs = {g.id for g in own} | set(lb_groups[:1])
         descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
-        await reconcile_rules(
-            context.client,
-            groups,
-            wanted={},
-            ours=lambda r: (
-                r.description in descriptions or (r.group in refs and r.protocol == "-1")
-            ),
-        )
+
+        def ours(rule: Rule) -> bool:
+            return rule.description in descriptions or (
+                rule.group in refs and rule.protocol == "-1"
+            )
+
+        await reconcile_rules(context.client, groups, wanted={}, ours=ours)
+        await self._sync_mtu(groups, {}, ours)
         existed = await self._clbs.delete(name, where=where)
         existed = await self._nlbs.delete(name, target_groups, where=where) or existed
         for group in own:
@@ -513,4 +681,5 @@ class AwsLoadBalancers:
     async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
         """Delete a listed load balancer and everything made for it."""
         await self._context.ready()
-        await self._delete(lb.name, lb.key, ())
+        managed = [nlb_group_name(cluster, lb.namespace, lb.service, lb.uid)] if lb.uid else []
+        await self._delete(lb.name, lb.key, (), managed)

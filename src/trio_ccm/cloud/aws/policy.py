@@ -35,6 +35,12 @@ IAM_ACTIONS: Final = (
     "elasticloadbalancing:DeleteLoadBalancerListeners",
     "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
     "elasticloadbalancing:ConfigureHealthCheck",
+    "elasticloadbalancing:AttachLoadBalancerToSubnets",
+    "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+    "elasticloadbalancing:CreateLoadBalancerPolicy",
+    "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
+    "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+    "elasticloadbalancing:SetSecurityGroups",
     "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
     "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
     # NLB
