@@ -3,6 +3,8 @@ makes of it, or the refusal that names it (one row per annotation and type; no A
 `annotations.plan` is pure). The moto tests that carry these plans out are
 test_load_balancer_updates.py and test_e2e_scenarios.py."""
 
+# ruff: noqa: E501 - the table reads as one row per annotation and type, one line each
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -66,13 +68,13 @@ ROWS: list[Any] = [
     pytest.param("nlb", {P + "security-groups": "sg-1"}, "NLBSecurityGroupMode=Managed", None, id="security-groups-nlb-unmanaged"),
     pytest.param("nlb", {P + "security-groups": "sg-1"}, lambda p: p.security_groups == ("sg-1",) and not p.managed_security_group, MANAGED, id="security-groups-nlb-managed"),
     pytest.param("nlb", {}, lambda p: p.managed_security_group, MANAGED, id="nlb-managed-own-group"),
-    pytest.param("clb", {P + "ssl-cert": CERT}, lambda p: [l.protocol for l in p.clb_listeners] == ["SSL", "SSL"], None, id="ssl-cert-clb"),
+    pytest.param("clb", {P + "ssl-cert": CERT}, lambda p: [c.protocol for c in p.clb_listeners] == ["SSL", "SSL"], None, id="ssl-cert-clb"),
     pytest.param("nlb", {P + "ssl-cert": CERT}, lambda p: [x.protocol for x in p.nlb_ports] == ["TLS", "TLS"], None, id="ssl-cert-nlb"),
-    pytest.param("clb", {P + "ssl-cert": CERT, P + "ssl-ports": "443"}, lambda p: [l.protocol for l in p.clb_listeners] == ["TCP", "SSL"], None, id="ssl-ports-clb"),
+    pytest.param("clb", {P + "ssl-cert": CERT, P + "ssl-ports": "443"}, lambda p: [c.protocol for c in p.clb_listeners] == ["TCP", "SSL"], None, id="ssl-ports-clb"),
     pytest.param("nlb", {P + "ssl-cert": CERT, P + "ssl-ports": "https"}, lambda p: [x.protocol for x in p.nlb_ports] == ["TCP", "TLS"], None, id="ssl-ports-nlb"),
     pytest.param("clb", {P + "ssl-cert": CERT, P + "ssl-negotiation-policy": "ELBSecurityPolicy-TLS-1-2-2017-01"}, lambda p: p.ssl_policy == "ELBSecurityPolicy-TLS-1-2-2017-01", None, id="ssl-negotiation-policy-clb"),
     pytest.param("nlb", {P + "ssl-cert": CERT, P + "ssl-negotiation-policy": "ELBSecurityPolicy-TLS13-1-2-2021-06"}, lambda p: p.nlb_ports[0].ssl_policy == "ELBSecurityPolicy-TLS13-1-2-2021-06", None, id="ssl-negotiation-policy-nlb"),
-    pytest.param("clb", {P + "ssl-cert": CERT, P + "backend-protocol": "http"}, lambda p: [(l.protocol, l.instance_protocol) for l in p.clb_listeners] == [("HTTPS", "HTTP")] * 2, None, id="backend-protocol-clb"),
+    pytest.param("clb", {P + "ssl-cert": CERT, P + "backend-protocol": "http"}, lambda p: [(c.protocol, c.instance_protocol) for c in p.clb_listeners] == [("HTTPS", "HTTP")] * 2, None, id="backend-protocol-clb"),
     pytest.param("nlb", {P + "ssl-cert": CERT, P + "backend-protocol": "ssl"}, lambda p: [x.target_protocol for x in p.nlb_ports] == ["TLS", "TLS"], None, id="backend-protocol-nlb"),
     pytest.param("clb", {P + "backend-protocol": "quic"}, P + "backend-protocol", None, id="backend-protocol-garbage"),
     pytest.param("clb", {P + "additional-resource-tags": "team=web,cost=1"}, lambda p: dict(p.extra_tags) == {"team": "web", "cost": "1"}, None, id="additional-resource-tags-clb"),
@@ -134,7 +136,7 @@ def test_the_load_balancer_controllers_types_are_left_to_it(kind: str) -> None:
 
 
 def test_client_ip_preservation_cannot_be_turned_off_for_udp() -> None:
-    """preserve_client_ip.enabled=false on a UDP Service is refused (AWS's rule, upstream's check)."""
+    """preserve_client_ip.enabled=false on a UDP Service is refused (AWS's rule)."""
     svc = service(
         "nlb",
         {P + "target-group-attributes": "preserve_client_ip.enabled=false"},

@@ -52,28 +52,53 @@ CLB_CHANGES: list[Any] = [
     pytest.param(
         {},
         {"ports": (ServicePort("http", "TCP", 80, 30080), ServicePort("alt", "TCP", 8080, 30081))},
-        lambda seen, _w: clb(seen)["listeners"] == [("TCP", 80, "TCP", 30080), ("TCP", 8080, "TCP", 30081)],
+        lambda seen, _w: (
+            clb(seen)["listeners"] == [("TCP", 80, "TCP", 30080), ("TCP", 8080, "TCP", 30081)]
+        ),
         id="listeners",
     ),
     pytest.param(
         {},
-        {"annotations": {P + "healthcheck-interval": "30", P + "healthcheck-unhealthy-threshold": "3"}},
-        lambda seen, _w: (clb(seen)["health_check"]["Interval"], clb(seen)["health_check"]["UnhealthyThreshold"]) == (30, 3),
+        {
+            "annotations": {
+                P + "healthcheck-interval": "30",
+                P + "healthcheck-unhealthy-threshold": "3",
+            }
+        },
+        lambda seen, _w: (
+            clb(seen)["health_check"]["Interval"] == 30
+            and clb(seen)["health_check"]["UnhealthyThreshold"] == 3
+        ),
         id="health-check",
     ),
     pytest.param(
         {},
-        {"annotations": {P + "connection-idle-timeout": "300", P + "cross-zone-load-balancing-enabled": "true"}},
-        lambda seen, _w: clb(seen)["attributes"]["ConnectionSettings"]["IdleTimeout"] == 300
-        and clb(seen)["attributes"]["CrossZoneLoadBalancing"]["Enabled"],
+        {
+            "annotations": {
+                P + "connection-idle-timeout": "300",
+                P + "cross-zone-load-balancing-enabled": "true",
+            }
+        },
+        lambda seen, _w: (
+            clb(seen)["attributes"]["ConnectionSettings"]["IdleTimeout"] == 300
+            and clb(seen)["attributes"]["CrossZoneLoadBalancing"]["Enabled"]
+        ),
         id="attributes",
     ),
     pytest.param(
         {},
-        {"annotations": {P + "access-log-enabled": "true", P + "access-log-s3-bucket-name": "logs", P + "access-log-emit-interval": "5"}},
-        lambda seen, _w: clb(seen)["attributes"]["AccessLog"]["Enabled"]
-        and clb(seen)["attributes"]["AccessLog"]["S3BucketName"] == "logs"
-        and clb(seen)["attributes"]["AccessLog"]["EmitInterval"] == 5,
+        {
+            "annotations": {
+                P + "access-log-enabled": "true",
+                P + "access-log-s3-bucket-name": "logs",
+                P + "access-log-emit-interval": "5",
+            }
+        },
+        lambda seen, _w: (
+            clb(seen)["attributes"]["AccessLog"]["Enabled"]
+            and clb(seen)["attributes"]["AccessLog"]["S3BucketName"] == "logs"
+            and clb(seen)["attributes"]["AccessLog"]["EmitInterval"] == 5
+        ),
         id="access-logs",
     ),
     pytest.param(
@@ -94,7 +119,7 @@ CLB_CHANGES: list[Any] = [
         lambda seen, w: clb(seen)["raw"]["Subnets"] == [sorted(w.subnet_ids.values())[0]],
         id="subnets",
     ),
-]  # fmt: skip
+]
 
 
 def _resolve(tweaks: dict[str, Any], world: World) -> dict[str, Any]:
