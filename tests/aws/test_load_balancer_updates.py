@@ -263,3 +263,35 @@ async def test_eip_count_must_match_the_subnets(world: World, provider: AwsProvi
             CLUSTER_ID, service(annotations=marks), nodes(instances)
         )
     assert (await balancing(world)).empty
+
+
+async def test_a_second_load_balancer_of_the_other_type_is_listed_and_deleted_alone(
+    world: World, provider: AwsProvider
+) -> None:
+    """An NLB of the Service's name beside its Classic ELB (what an older CCM left after a
+    type change) is listed with its own address, so the sweep can tell which one the
+    Service's status names; deleting the leaked one leaves the other and its group."""
+    instances = await world.add_instances(1)
+    lbs = lbs_of(provider)
+    with trio.fail_after(60):
+        status = await lbs.ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+        tags = [
+            {"Key": f"kubernetes.io/cluster/{CLUSTER_ID}", "Value": "owned"},
+            {"Key": "kubernetes.io/service-name", "Value": "default/web"},
+            {"Key": "trio-ccm.dev/service-uid", "Value": service().uid},
+        ]
+        v2 = world.client("elbv2")
+        await trio.to_thread.run_sync(
+            lambda: v2.create_load_balancer(
+                Name=NAME, Type="network", Subnets=sorted(world.subnet_ids.values()), Tags=tags
+            )
+        )
+        listed = await lbs.list_load_balancers(CLUSTER_ID)
+        (leaked,) = [o for o in listed if o.address != status.ingress[0].hostname]
+        await lbs.delete_leaked_load_balancer(CLUSTER_ID, leaked)
+        seen = await balancing(world)
+    assert sorted((o.name, o.key) for o in listed) == [(NAME, "default/web")] * 2
+    assert len({o.address for o in listed}) == 2
+    assert not seen.nlbs
+    assert seen.clbs[NAME]["dns"] == status.ingress[0].hostname
+    assert f"k8s-elb-{NAME}" in seen.security_groups

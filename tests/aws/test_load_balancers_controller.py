@@ -381,3 +381,46 @@ async def test_a_leaked_load_balancer_is_swept(cluster: Cluster) -> None:
         )
     finally:
         await provider.aclose()
+
+
+async def test_the_sweep_deletes_the_load_balancer_a_live_service_no_longer_points_at(
+    cluster: Cluster,
+) -> None:
+    """A Classic ELB left beside the NLB a live Service's status names (an older CCM's type
+    change) is found by the sweep and deleted; the NLB the Service uses stays."""
+    world = cluster.world
+    register(cluster, await world.add_instances(1))
+    name = create(cluster, "web", annotations={TYPE: "nlb"})
+    flags = (
+        "--load-balancer-sweep-period=1s",
+        "--delete-leaked-load-balancers",
+        "--leaked-load-balancer-grace=0s",
+    )
+    with trio.fail_after(60):
+        async with running(cluster, controllers=CONTROLLERS):
+            await until(lambda: bool(svc(cluster, "web")["status"]["loadBalancer"].get("ingress")))
+        uid = svc(cluster, "web")["metadata"]["uid"]
+        elb = world.client("elb")
+        await trio.to_thread.run_sync(
+            lambda: elb.create_load_balancer(
+                LoadBalancerName=name,
+                Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+                Subnets=[next(iter(world.subnet_ids.values()))],
+                Tags=[
+                    {"Key": f"kubernetes.io/cluster/{CLUSTER_ID}", "Value": "owned"},
+                    {"Key": "kubernetes.io/service-name", "Value": "default/web"},
+                    {"Key": "trio-ccm.dev/service-uid", "Value": uid},
+                ],
+            )
+        )
+        assert name in (await balancing(world)).clbs
+        cluster.registry = CollectorRegistry()  # a new process's metrics
+        async with running(cluster, flags, controllers=CONTROLLERS):
+
+            async def clb_gone() -> bool:
+                return name not in (await balancing(world)).clbs
+
+            await until(clb_gone)
+        seen = await balancing(world)
+    hostname = svc(cluster, "web")["status"]["loadBalancer"]["ingress"][0]["hostname"]
+    assert seen.nlbs[name]["dns"] == hostname

@@ -379,12 +379,28 @@ class AwsLoadBalancers:
     async def _refuse_type_change(self, lb_plan: LoadBalancerPlan) -> None:
         """ServiceRefused when the Service's load balancer exists as the other type (its
         type annotation changed), as upstream: the existing one is kept, nothing is made."""
+        client = self._context.client
         if lb_plan.nlb:
-            other = await self._clbs.describe(lb_plan.name)
+            if await self._clbs.describe(lb_plan.name) is None:
+                return
+            answer = await client.call(
+                "elb", "DescribeTags", {"LoadBalancerNames": [lb_plan.name]}, target=lb_plan.name
+            )
         else:
             other = await self._nlbs.describe(lb_plan.name)
-        if other is None:
-            return
+            if other is None:
+                return
+            answer = await client.call(
+                "elbv2",
+                "DescribeTags",
+                {"ResourceArns": [str(other.get("LoadBalancerArn"))]},
+                target=lb_plan.name,
+            )
+        tags: dict[str, str] = {}
+        for item in _mappings(answer.get("TagDescriptions")):
+            tags.update(tags_of(item.get("Tags")))
+        if tags.get(SERVICE_NAME_TAG, lb_plan.service) != lb_plan.service:
+            return  # another Service's, whose UID starts alike (names keep 31 of 32 digits)
         kind, was = ("NLB", "Classic ELB") if lb_plan.nlb else ("Classic ELB", "NLB")
         raise ServiceRefused(
             f"Service {lb_plan.service}: annotation {TYPE_ANNOTATION}: the Service's load "
@@ -594,18 +610,27 @@ class AwsLoadBalancers:
         service: str,
         target_groups: Sequence[str],
         nlb_groups: Sequence[str] = (),
+        *,
+        only: str = "",
     ) -> None:
+        """Delete the load balancer named `name` of both types (`only`: "clb" or "nlb", that
+        type alone), and what was made for it."""
         context = self._context
         where = f"load balancer {name} (Service {service})"
         self._known.pop(name, None)
         groups = await self._scan_groups(name)
-        own_names = {group_name(name), *nlb_groups}
+        own_names = {
+            *((group_name(name),) if only != "nlb" else ()),
+            *(nlb_groups if only != "clb" else ()),
+        }
         own = [g for g in groups if g.name in own_names and context.tagging.owned(g.tags)]
-        clb = await self._clbs.describe(name)
+        clb = await self._clbs.describe(name) if only != "nlb" else None
         held = clb.get("SecurityGroups") if clb is not None else None
         lb_groups = [str(g) for g in held] if isinstance(held, list) else []
         refs = {g.id for g in own} | set(lb_groups[:1])
-        descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
+        descriptions = (
+            {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"} if only != "clb" else set()
+        )
 
         def ours(rule: Rule) -> bool:
             return rule.description in descriptions or (
@@ -614,8 +639,11 @@ class AwsLoadBalancers:
 
         await reconcile_rules(context.client, groups, wanted={}, ours=ours)
         await self._sync_mtu(groups, {}, ours)
-        existed = await self._clbs.delete(name, where=where)
-        existed = await self._nlbs.delete(name, target_groups, where=where) or existed
+        existed = False
+        if only != "nlb":
+            existed = await self._clbs.delete(name, where=where)
+        if only != "clb":
+            existed = await self._nlbs.delete(name, target_groups, where=where) or existed
         for group in own:
             await delete_group(context.client, group.id, why=f"of load balancer {name}")
         log.info(
@@ -632,7 +660,10 @@ class AwsLoadBalancers:
         client = self._context.client
         owned: list[OwnedLoadBalancer] = []
         nlbs = {
-            str(lb.get("LoadBalancerArn")): str(lb.get("LoadBalancerName"))
+            str(lb.get("LoadBalancerArn")): (
+                str(lb.get("LoadBalancerName")),
+                str(lb.get("DNSName") or ""),
+            )
             for lb in await self._all("elbv2")
             if lb.get("Type") == "network"
         }
@@ -641,24 +672,32 @@ class AwsLoadBalancers:
                 "elbv2", "DescribeTags", {"ResourceArns": list(chunk)}, target="NLBs"
             )
             for item in _mappings(answer.get("TagDescriptions")):
-                name = nlbs.get(str(item.get("ResourceArn")), "")
-                self._collect(owned, name, tags_of(item.get("Tags")))
-        clbs = [str(lb.get("LoadBalancerName")) for lb in await self._all("elb")]
-        for chunk in chunks(clbs, _TAGS_PER_CALL):
+                name, dns = nlbs.get(str(item.get("ResourceArn")), ("", ""))
+                self._collect(owned, name, dns, tags_of(item.get("Tags")))
+        clbs = {
+            str(lb.get("LoadBalancerName")): str(lb.get("DNSName") or "")
+            for lb in await self._all("elb")
+        }
+        for chunk in chunks(list(clbs), _TAGS_PER_CALL):
             answer = await client.call(
                 "elb", "DescribeTags", {"LoadBalancerNames": list(chunk)}, target="Classic ELBs"
             )
             for item in _mappings(answer.get("TagDescriptions")):
-                self._collect(owned, str(item.get("LoadBalancerName")), tags_of(item.get("Tags")))
+                name = str(item.get("LoadBalancerName"))
+                self._collect(owned, name, clbs.get(name, ""), tags_of(item.get("Tags")))
         return owned
 
-    def _collect(self, owned: list[OwnedLoadBalancer], name: str, tags: Mapping[str, str]) -> None:
+    def _collect(
+        self, owned: list[OwnedLoadBalancer], name: str, dns: str, tags: Mapping[str, str]
+    ) -> None:
         service = tags.get(SERVICE_NAME_TAG, "")
         if not service or not self._context.tagging.owned(tags):
             return
         namespace, _, service_name = service.partition("/")
         owned.append(
-            OwnedLoadBalancer(name, namespace, service_name, tags.get(SERVICE_UID_TAG, ""))
+            OwnedLoadBalancer(
+                name, namespace, service_name, tags.get(SERVICE_UID_TAG, ""), address=dns
+            )
         )
 
     async def _all(self, api: str) -> list[Mapping[str, object]]:
@@ -682,4 +721,12 @@ class AwsLoadBalancers:
         """Delete a listed load balancer and everything made for it."""
         await self._context.ready()
         managed = [nlb_group_name(cluster, lb.namespace, lb.service, lb.uid)] if lb.uid else []
-        await self._delete(lb.name, lb.key, (), managed)
+        only = ""
+        if lb.address:
+            # A Classic ELB and an NLB may share the name (a type change made the second):
+            # only the one at the listed address goes, with what was made for it alone.
+            clb = await self._clbs.describe(lb.name)
+            nlb = await self._nlbs.describe(lb.name)
+            if clb is not None and nlb is not None:
+                only = "clb" if str(clb.get("DNSName") or "") == lb.address else "nlb"
+        await self._delete(lb.name, lb.key, (), managed, only=only)
