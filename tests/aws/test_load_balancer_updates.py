@@ -14,7 +14,7 @@ import trio
 from tests.aws.test_load_balancers import NAME, lbs_of, nodes, service
 from tests.helpers.aws import CLUSTER_ID, open_provider
 from trio_ccm.cloud.aws import AwsProvider
-from trio_ccm.cloud.provider import ServicePort, ServiceRefused
+from trio_ccm.cloud.provider import LoadBalancerInventory, ServicePort, ServiceRefused
 from trio_ccm.testing.aws import Balancing, World, balancing, certificate
 
 P = "service.beta.kubernetes.io/aws-load-balancer-"
@@ -273,6 +273,7 @@ async def test_a_second_load_balancer_of_the_other_type_is_listed_and_deleted_al
     Service's status names; deleting the leaked one leaves the other and its group."""
     instances = await world.add_instances(1)
     lbs = lbs_of(provider)
+    assert isinstance(lbs, LoadBalancerInventory)
     with trio.fail_after(60):
         status = await lbs.ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
         tags = [
