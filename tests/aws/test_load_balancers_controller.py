@@ -24,7 +24,7 @@ from trio_ccm.cloud.aws.annotations import (
 )
 from trio_ccm.cloud.provider import ServiceInfo, ServicePort
 from trio_ccm.testing import lb_name, make_service
-from trio_ccm.testing.aws import Balancing, Instance, balancing, certificate
+from trio_ccm.testing.aws import Balancing, Fault, Instance, balancing, certificate
 
 CONTROLLERS = "service-lb-controller"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
@@ -424,3 +424,29 @@ async def test_the_sweep_deletes_the_load_balancer_a_live_service_no_longer_poin
         seen = await balancing(world)
     hostname = svc(cluster, "web")["status"]["loadBalancer"]["ingress"][0]["hostname"]
     assert seen.nlbs[name]["dns"] == hostname
+
+
+async def test_a_rule_quota_error_is_an_event_naming_the_quota_and_the_fixes(
+    cluster: Cluster,
+) -> None:
+    """AWS refusing a Nodes' group rule for its quota gives the Service a Warning naming the
+    quota and the fixes (Managed mode among them)."""
+    world = cluster.world
+    register(cluster, await world.add_instances(1))
+    world.server.faults.add(
+        Fault(
+            "error", "AuthorizeSecurityGroupIngress", "ec2", 1, 400,
+            "RulesPerSecurityGroupLimitExceeded",
+        )
+    )  # fmt: skip
+    create(cluster, "web", annotations={TYPE: "nlb"})
+    with trio.fail_after(60):
+        async with running(cluster, controllers=CONTROLLERS):
+
+            async def warned() -> bool:
+                return bool(await cluster.events("SyncLoadBalancerFailed"))
+
+            await until(warned)
+    (event,) = await cluster.events("SyncLoadBalancerFailed")
+    assert "Inbound or outbound rules per security group" in event["message"]
+    assert "NLBSecurityGroupMode=Managed" in event["message"]

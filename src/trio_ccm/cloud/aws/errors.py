@@ -84,8 +84,10 @@ _FIXES: Final = {
     + _CREDENTIALS_FIX,
     "RequestExpired": "the request's signature is too old: check the host's clock (NTP)",
     "RulesPerSecurityGroupLimitExceeded": "the security group holds as many rules as AWS's "
-    "quota allows (every load balancer adds rules to the Nodes' group): raise the quota, or "
-    "set DisableSecurityGroupIngress in the cloud-config and open the node ports yourself",
+    "quota 'Inbound or outbound rules per security group' allows (every load balancer adds "
+    "rules to the Nodes' group): raise the quota, set NLBSecurityGroupMode=Managed in the "
+    "cloud-config (one rule per NLB; docs/aws.md#security-group-rule-quotas), or set "
+    "DisableSecurityGroupIngress and open the node ports yourself",
     "OptInRequired": "the account is not subscribed to this service in this region",
     "InvalidIdentityToken": "STS refused the web identity token: check the IAM OIDC provider "
     "of the cluster and the role's trust policy (IRSA, docs/aws.md#irsa)",
