@@ -14,6 +14,7 @@ IAM_ACTIONS: Final = (
     # instances
     "ec2:DescribeInstances",
     "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeInstanceTopology",
     # load balancers: subnets and security groups
     "ec2:DescribeSubnets",
     "ec2:DescribeSecurityGroups",

@@ -28,6 +28,11 @@ runtime), once, by `apply_patches()`; each is listed in docs/aws.md ("moto patch
    `AvailabilityZones[].LoadBalancerAddresses` (with the Elastic IP's address), as AWS does;
    moto drops both. An unknown allocation ID is refused (`InvalidAllocationID.NotFound`).
 
+10. **DescribeInstanceTopology** (which moto does not have) answers, for the running
+    instances of the types AWS documents topology for (`p*`, `trn*`, `hpc*`), three network
+    nodes: one per zone, one per zone and type, one per instance's subnet (stable names);
+    no entry for other types, as AWS.
+
 And one for speed, answers unchanged:
 
 5. **A resource's tags are read from its own entry.** moto finds an EC2 resource's tags by
@@ -55,6 +60,7 @@ PATCHES: Final = (
     "ModifyListener takes TLS, UDP and TCP_UDP (with TLS certificates)",
     "CreateLoadBalancerListeners gives a new instance port a backend (for its policies)",
     "an NLB's SubnetMappings keep AllocationId and PrivateIPv4Address (LoadBalancerAddresses)",
+    "DescribeInstanceTopology answers p*/trn*/hpc* running instances with three network nodes",
 )
 _MARK: Final = "_trio_ccm_patched"
 _PAGE_DEFAULT: Final = 1000
@@ -109,6 +115,7 @@ def apply_patches() -> None:
             listener.certificates = [c["CertificateArn"] for c in certificates]
         return listener
 
+    _patch_topology()
     _patch_backends()
     _patch_subnet_mappings()
     setattr(ELBv2Backend, "describe_target_groups", describe_target_groups)  # noqa: B010
@@ -262,3 +269,43 @@ def _patch_subnet_mappings() -> None:
 
     setattr(ELBv2Backend, "create_load_balancer", create_load_balancer)  # noqa: B010
     setattr(FakeLoadBalancer, "availability_zones", property(availability_zones))  # noqa: B010
+
+
+def _patch_topology() -> None:
+    """Patch 10: DescribeInstanceTopology."""
+    import hashlib
+    import re
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.responses.instances import InstanceResponse
+
+    types = re.compile(r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$")
+
+    def node(*parts: str) -> str:
+        return "nn-" + hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
+
+    def describe_instance_topology(self: Any) -> Any:
+        wanted = set(self._get_param("InstanceIds", []))
+        found = []
+        for reservation in self.ec2_backend.reservations.values():
+            for instance in reservation.instances:
+                if wanted and instance.id not in wanted:
+                    continue
+                if instance.state != "running" or not types.match(instance.instance_type):
+                    continue
+                zone = str(instance.placement.zone)
+                found.append(
+                    {
+                        "InstanceId": instance.id,
+                        "InstanceType": instance.instance_type,
+                        "NetworkNodes": [
+                            node(zone),
+                            node(zone, instance.instance_type),
+                            node(zone, instance.instance_type, instance.subnet_id),
+                        ],
+                        "AvailabilityZone": zone,
+                    }
+                )
+        return ActionResult({"Instances": found})
+
+    setattr(InstanceResponse, "describe_instance_topology", describe_instance_topology)  # noqa: B010
