@@ -296,3 +296,33 @@ async def test_a_second_load_balancer_of_the_other_type_is_listed_and_deleted_al
     assert not seen.nlbs
     assert seen.clbs[NAME]["dns"] == status.ingress[0].hostname
     assert f"k8s-elb-{NAME}" in seen.security_groups
+
+
+async def test_subnet_discovery_leaves_out_local_zones(world: World, provider: AwsProvider) -> None:
+    """A cluster subnet in a Local Zone is not chosen for a load balancer (upstream's filter:
+    NLBs and Classic ELBs do not run there); the regular zones' subnets are."""
+    from moto.ec2.models.availability_zones_and_regions import RegionsAndZonesBackend, Zone
+
+    zones = RegionsAndZonesBackend.zones[world.region]
+    local = Zone("us-east-1-bos-1a", world.region, "use1-bos1-az1", zone_type="local-zone")
+    zones.append(local)  # moto lists no Local Zone; taken out again below
+    try:
+        ec2 = world.client("ec2")
+        subnet = await trio.to_thread.run_sync(
+            lambda: ec2.create_subnet(
+                VpcId=world.vpc_id,
+                CidrBlock="10.0.96.0/24",
+                AvailabilityZone=local.name,
+                TagSpecifications=world.tag_specifications("subnet"),
+            )["Subnet"]["SubnetId"]
+        )
+        instances = await world.add_instances(1)
+        with trio.fail_after(60):
+            await lbs_of(provider).ensure_load_balancer(
+                CLUSTER_ID, service(annotations={P + "type": "nlb"}), nodes(instances)
+            )
+            seen = await balancing(world)
+    finally:
+        zones.remove(local)
+    assert subnet not in seen.nlbs[NAME]["subnets"]
+    assert seen.nlbs[NAME]["subnets"] == sorted(world.subnet_ids.values())

@@ -166,6 +166,7 @@ class Clbs:
             internal=plan.internal,
             annotated=plan.subnets,
             where=where,
+            zones=context.zones,
         )
         tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
         if found is None:

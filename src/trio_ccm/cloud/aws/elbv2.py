@@ -228,6 +228,7 @@ class Nlbs:
                 internal=plan.internal,
                 annotated=plan.subnets,
                 where=where,
+                zones=context.zones,
             )
             params: dict[str, object] = {
                 "Name": plan.name,
