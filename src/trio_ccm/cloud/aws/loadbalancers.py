@@ -8,9 +8,14 @@ it out, `network.py` holds the subnets and security groups. This module adds:
   instance's group (its cluster-tagged one, else its only one) lets the load balancer in.
   NLB: rules described `kubernetes.io/rule/nlb/client=<name>` (the node ports from the
   source ranges) and `kubernetes.io/rule/nlb/health=<name>` (the health-check ports from
-  the NLB's subnets, left out when the client rule covers them); Classic ELB: all traffic
-  from the load balancer's group. Rules for this load balancer in groups no target uses
+  the NLB's subnets, left out when the client rule covers them) and the shared
+  `kubernetes.io/rule/nlb/mtu` (ICMP 3/4 from each client range of any NLB); Classic ELB,
+  and an NLB with its managed group (`NLBSecurityGroupMode=Managed`): all traffic from the
+  load balancer's group, one rule. Rules for this load balancer in groups no target uses
   any more are revoked.
+- **what AWS cannot change is refused** (`ServiceRefused`, the load balancer kept): the
+  type (the other type's load balancer of this Service's name exists), the scheme, an
+  NLB's addresses.
 - **node-set changes at the cost of the difference**: after an ensure the provider keeps
   what it registered (per load balancer: its target groups, its targets, the Nodes'
   groups it opened). `update_load_balancer` then registers and deregisters only the
@@ -27,7 +32,9 @@ it out, `network.py` holds the subnets and security groups. This module adds:
   calls `ensure_load_balancer_deleted` for them.
 - **the inventory** (`LoadBalancerInventory`): every NLB and Classic ELB carrying this
   cluster's `owned` tag and `kubernetes.io/service-name`, with the Service UID from
-  `trio-ccm.dev/service-uid` (ours; upstream tags no UID), for the sweep for leaked ones.
+  `trio-ccm.dev/service-uid` (ours; upstream tags no UID) and its DNS name, for the sweep
+  for leaked ones; when both types exist under one name, the leaked one (the address the
+  Service's status does not name) is deleted alone.
 """
 
 from __future__ import annotations
