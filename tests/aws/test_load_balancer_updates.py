@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests.aws.test_load_balancers import NAME, lbs_of, nodes, service
-from tests.helpers.aws import CLUSTER_ID, open_provider
+from tests.helpers.aws import CLUSTER_ID, open_provider, serve_wsgi
 from trio_ccm.cloud.aws import AwsProvider
 from trio_ccm.cloud.provider import LoadBalancerInventory, ServicePort, ServiceRefused
 from trio_ccm.testing.aws import Balancing, World, balancing, certificate
@@ -326,3 +326,37 @@ async def test_subnet_discovery_leaves_out_local_zones(world: World, provider: A
         zones.remove(local)
     assert subnet not in seen.nlbs[NAME]["subnets"]
     assert seen.nlbs[NAME]["subnets"] == sorted(world.subnet_ids.values())
+
+
+async def test_without_a_cluster_subnet_the_ccms_own_subnet_is_used(world: World) -> None:
+    """When every subnet of the VPC belongs to another cluster, the load balancer goes to
+    the subnet of the instance trio-ccm runs on (upstream's fallback; its ID from IMDSv2)."""
+    instances = await world.add_instances(1)
+    own = instances[0]
+    ec2 = world.client("ec2")
+
+    def retag() -> None:
+        for subnet in world.subnet_ids.values():
+            ec2.delete_tags(
+                Resources=[subnet], Tags=[{"Key": f"kubernetes.io/cluster/{CLUSTER_ID}"}]
+            )
+            ec2.create_tags(
+                Resources=[subnet], Tags=[{"Key": "kubernetes.io/cluster/other", "Value": "owned"}]
+            )
+
+    await trio.to_thread.run_sync(retag)
+
+    def metadata(environ: dict[str, Any], start: Any) -> list[bytes]:
+        path = environ["PATH_INFO"]
+        body = {"/latest/api/token": "token", "/latest/meta-data/instance-id": own.id}.get(path)
+        start("200 OK" if body else "404 Not Found", [("Content-Type", "text/plain")])
+        return [(body or "").encode()]
+
+    with serve_wsgi(metadata) as url:
+        environ = {k: v for k, v in world.environ().items() if k != "AWS_EC2_METADATA_DISABLED"}
+        environ["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = url
+        async with open_provider(world, environ=environ) as provider:
+            with trio.fail_after(60):
+                await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+                seen = await balancing(world)
+    assert clb(seen)["raw"]["Subnets"] == [own.subnet_id]

@@ -167,6 +167,7 @@ class Clbs:
             annotated=plan.subnets,
             where=where,
             zones=context.zones,
+            own_subnet=context.own_subnet,
         )
         tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
         if found is None:

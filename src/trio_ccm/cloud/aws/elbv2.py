@@ -229,6 +229,7 @@ class Nlbs:
                 annotated=plan.subnets,
                 where=where,
                 zones=context.zones,
+                own_subnet=context.own_subnet,
             )
             params: dict[str, object] = {
                 "Name": plan.name,

@@ -16,7 +16,7 @@ that is a `RetryAfter`, not an error storm.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -26,6 +26,7 @@ from trio_ccm.cloud.aws.ec2 import Ec2Instance, filters
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.tags import CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, ClusterTagging, tags_of
 from trio_ccm.errors import RetryAfter
+from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.lookup import ZoneCache
@@ -52,6 +53,8 @@ ROLE_INTERNAL_ELB: Final = "kubernetes.io/role/internal-elb"
 DEPENDENCY_RETRY_S: Final = 5.0
 """Upstream polls a group still in use every 5 s."""
 
+
+log = get_logger("trio_ccm.cloud.aws.network")
 
 REGULAR_ZONE: Final = "availability-zone"
 """The zone type load balancers live in (not local-zone, wavelength-zone)."""
@@ -152,6 +155,7 @@ async def choose_subnets(
     annotated: Sequence[str],
     where: str,
     zones: ZoneCache | None = None,
+    own_subnet: Callable[[], Awaitable[str]] | None = None,
 ) -> list[Subnet]:
     """The load balancer's subnets (see the module docstring); an AwsError naming the fix
     when there are none."""
@@ -169,6 +173,14 @@ async def choose_subnets(
         if tagging.has_cluster_tag(s.tags)
         or not any(k.startswith(CLUSTER_TAG_PREFIX) or k == LEGACY_CLUSTER_TAG for k in s.tags)
     ]
+    if not candidates and own_subnet is not None:
+        # Upstream's fallback: no subnet may be the cluster's, so this instance's own.
+        own = await own_subnet()
+        if own:
+            log.warning("aws.subnets-fallback", vpc=vpc_id, subnet=own, where=where)
+            candidates = _subnets(
+                [await client.call("ec2", "DescribeSubnets", {"SubnetIds": [own]}, target=where)]
+            )
     if not internal:
         public = await _public_subnets(client, vpc_id)
         candidates = [s for s in candidates if s.id in public]
