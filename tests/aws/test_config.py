@@ -82,10 +82,8 @@ def test_every_global_key_and_override_is_read() -> None:
     )
     assert config.configured_region == "us-west-2"
     assert config.cluster_id == "prod"
-    assert [w.split(": ", 1)[1] for w in config.warnings] == [
-        "[Global] SupportedTopologyInstanceTypePattern has no effect: trio-ccm does not set "
-        "the topology.k8s.aws/network-node-layer-N labels yet"
-    ]
+    assert config.supported_topology_instance_type_pattern == "^(p5|trn2)\\..*$"
+    assert config.warnings == ()
 
 
 def test_defaults_without_a_file() -> None:

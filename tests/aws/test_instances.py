@@ -25,7 +25,7 @@ from trio_ccm.cloud.provider import (
     NodeAddress,
     NodeInfo,
 )
-from trio_ccm_testbed.aws import Instance, World
+from trio_ccm_testbed.aws import Fault, Instance, World
 
 UNKNOWN_ID = "i-0123456789abcdef0"
 
@@ -398,3 +398,57 @@ async def test_many_small_batches_turn_into_one_listing(
     assert found == 300
     assert world.server.faults.calls("DescribeInstances") == 2
     assert provider.context.lookup.statistics().listings == 1
+
+
+# -- network topology labels -------------------------------------------------------------------
+async def test_topology_labels_come_from_one_batched_call(
+    world: World, provider: AwsProvider
+) -> None:
+    """Nodes of a topology type get topology.k8s.aws/network-node-layer-1..3 from one
+    DescribeInstanceTopology for the whole batch; a type AWS has no topology for is
+    remembered, and labelled Nodes are not asked again."""
+    gpus = await world.add_instances(2, instance_type="p4d.24xlarge")
+    plain = await world.add_instances(2)
+    bulk = bulk_of(provider)
+    faults = world.server.faults
+    with trio.fail_after(30):
+        await provider.initialize()
+        answer = await bulk.instances_metadata([NodeInfo(i.private_dns_name) for i in gpus + plain])
+        first = faults.calls("DescribeInstanceTopology")
+        again = await bulk.instances_metadata(
+            [
+                NodeInfo(i.private_dns_name, labels=answer[i.private_dns_name].additional_labels)
+                for i in gpus
+            ]
+            + [NodeInfo(i.private_dns_name) for i in plain]
+        )
+    layers = [f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3)]
+    for instance in gpus:
+        labels = answer[instance.private_dns_name].additional_labels
+        assert all(labels[layer].startswith("nn-") for layer in layers), labels
+    for instance in plain:
+        assert not set(layers) & set(answer[instance.private_dns_name].additional_labels)
+    assert first == 1
+    assert faults.calls("DescribeInstanceTopology") == 1
+    assert all(not set(layers) & set(m.additional_labels) for m in again.values())
+
+
+async def test_topology_not_allowed_is_a_warning_and_asked_no_more(
+    world: World, provider: AwsProvider
+) -> None:
+    """DescribeInstanceTopology refused (UnauthorizedOperation) leaves the labels out with a
+    warning, and the region is not asked again (upstream's day-long memory)."""
+    gpus = await world.add_instances(1, instance_type="p4d.24xlarge")
+    world.server.faults.add(
+        Fault("error", "DescribeInstanceTopology", "ec2", 1, 403, "UnauthorizedOperation")
+    )
+    bulk = bulk_of(provider)
+    with trio.fail_after(30):
+        await provider.initialize()
+        nodes = [NodeInfo(i.private_dns_name) for i in gpus]
+        answer = await bulk.instances_metadata(nodes)
+        await bulk.instances_metadata(nodes)
+    assert not any(
+        k.startswith("topology.k8s.aws/network") for k in answer[nodes[0].name].additional_labels
+    )
+    assert world.server.faults.calls("DescribeInstanceTopology") == 1

@@ -89,8 +89,8 @@ async def test_an_nlb_is_made_updated_by_difference_and_deleted(
     world: World, provider: AwsProvider
 ) -> None:
     """type nlb: an NLB, a listener and a target group per port (upstream's name), client
-    rules on the Nodes' group; a node change costs one register and one deregister per
-    target group; deletion leaves nothing."""
+    rules and the shared MTU-discovery rule on the Nodes' group; a node change costs one
+    register and one deregister per target group; deletion leaves nothing."""
     instances = await world.add_instances(4)
     lbs = lbs_of(provider)
     svc = service(
@@ -119,6 +119,7 @@ async def test_an_nlb_is_made_updated_by_difference_and_deleted(
         assert group["HealthCheckIntervalSeconds"] == 30
     rules = seen.security_groups[f"nodes.{CLUSTER_ID}"]["ingress"]
     assert rules == [
+        ("icmp", 3, 4, "0.0.0.0/0", "kubernetes.io/rule/nlb/mtu"),
         ("tcp", 30080, 30080, "0.0.0.0/0", f"kubernetes.io/rule/nlb/client={NAME}"),
         ("tcp", 30443, 30443, "0.0.0.0/0", f"kubernetes.io/rule/nlb/client={NAME}"),
     ]

@@ -24,7 +24,7 @@ from trio_ccm.cloud.aws.annotations import (
 )
 from trio_ccm.cloud.provider import ServiceInfo, ServicePort
 from trio_ccm.testing import lb_name, make_service
-from trio_ccm_testbed.aws import Balancing, Instance, balancing, certificate
+from trio_ccm_testbed.aws import Balancing, Fault, Instance, balancing, certificate
 
 CONTROLLERS = "service-lb-controller"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
@@ -216,9 +216,14 @@ REFUSALS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("bad-annotation", {"annotations": {HC_INTERVAL: "often"}}, HC_INTERVAL),
     (
-        "not-yet",
-        {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-proxy-protocol": "*"}},
-        "proxy-protocol",
+        "classic-only-on-nlb",
+        {
+            "annotations": {
+                TYPE: "nlb",
+                "service.beta.kubernetes.io/aws-load-balancer-extra-security-groups": "sg-1",
+            }
+        },
+        "extra-security-groups",
     ),
 ]
 
@@ -376,3 +381,77 @@ async def test_a_leaked_load_balancer_is_swept(cluster: Cluster) -> None:
         )
     finally:
         await provider.aclose()
+
+
+async def test_the_sweep_deletes_the_load_balancer_a_live_service_no_longer_points_at(
+    cluster: Cluster,
+) -> None:
+    """A Classic ELB left beside the NLB a live Service's status names (an older CCM's type
+    change) is found by the sweep and deleted; the NLB the Service uses stays."""
+    world = cluster.world
+    register(cluster, await world.add_instances(1))
+    name = create(cluster, "web", annotations={TYPE: "nlb"})
+    flags = (
+        "--load-balancer-sweep-period=1s",
+        "--delete-leaked-load-balancers",
+        "--leaked-load-balancer-grace=0s",
+    )
+    with trio.fail_after(60):
+        async with running(cluster, controllers=CONTROLLERS):
+            await until(lambda: bool(svc(cluster, "web")["status"]["loadBalancer"].get("ingress")))
+        uid = svc(cluster, "web")["metadata"]["uid"]
+        elb = world.client("elb")
+        await trio.to_thread.run_sync(
+            lambda: elb.create_load_balancer(
+                LoadBalancerName=name,
+                Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+                Subnets=[next(iter(world.subnet_ids.values()))],
+                Tags=[
+                    {"Key": f"kubernetes.io/cluster/{CLUSTER_ID}", "Value": "owned"},
+                    {"Key": "kubernetes.io/service-name", "Value": "default/web"},
+                    {"Key": "trio-ccm.dev/service-uid", "Value": uid},
+                ],
+            )
+        )
+        assert name in (await balancing(world)).clbs
+        cluster.registry = CollectorRegistry()  # a new process's metrics
+        async with running(cluster, flags, controllers=CONTROLLERS):
+
+            def names() -> list[str]:
+                found = elb.describe_load_balancers()["LoadBalancerDescriptions"]
+                return [lb["LoadBalancerName"] for lb in found]
+
+            async def clb_gone() -> bool:
+                # one call: a full balancing() read races the deletion it waits for
+                return name not in await trio.to_thread.run_sync(names)
+
+            await until(clb_gone)
+        seen = await balancing(world)
+    hostname = svc(cluster, "web")["status"]["loadBalancer"]["ingress"][0]["hostname"]
+    assert seen.nlbs[name]["dns"] == hostname
+
+
+async def test_a_rule_quota_error_is_an_event_naming_the_quota_and_the_fixes(
+    cluster: Cluster,
+) -> None:
+    """AWS refusing a Nodes' group rule for its quota gives the Service a Warning naming the
+    quota and the fixes (Managed mode among them)."""
+    world = cluster.world
+    register(cluster, await world.add_instances(1))
+    world.server.faults.add(
+        Fault(
+            "error", "AuthorizeSecurityGroupIngress", "ec2", 1, 400,
+            "RulesPerSecurityGroupLimitExceeded",
+        )
+    )  # fmt: skip
+    create(cluster, "web", annotations={TYPE: "nlb"})
+    with trio.fail_after(60):
+        async with running(cluster, controllers=CONTROLLERS):
+
+            async def warned() -> bool:
+                return bool(await cluster.events("SyncLoadBalancerFailed"))
+
+            await until(warned)
+    (event,) = await cluster.events("SyncLoadBalancerFailed")
+    assert "Inbound or outbound rules per security group" in event["message"]
+    assert "NLBSecurityGroupMode=Managed" in event["message"]

@@ -93,6 +93,9 @@ class LeakSweep:
             return f"its Service was recreated (its load balancer is now {name})"
         if not self.keeps(service):
             return "its Service no longer wants a load balancer and has no finalizer"
+        held = {i.hostname or i.ip for i in service.status.load_balancer.ingress}
+        if lb.address and held and lb.address not in held:
+            return f"its Service now points at {', '.join(sorted(held))}, not at it ({lb.address})"
         return ""
 
     async def delete(self, lb: OwnedLoadBalancer, why: str) -> None:

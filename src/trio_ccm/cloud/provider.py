@@ -304,12 +304,16 @@ class LoadBalancers(Protocol):
 @dataclass(frozen=True, slots=True)
 class OwnedLoadBalancer:
     """A load balancer the provider made for this cluster, and the Service it was made for
-    (`uid` when the cloud keeps it; the controller also compares names)."""
+    (`uid` when the cloud keeps it; the controller also compares names). `address` is the
+    hostname or IP it serves at, when the provider knows it: the sweep then also reports a
+    load balancer the live Service's status no longer names (one left behind by a change
+    the cloud made as a second load balancer of the same name)."""
 
     name: str
     namespace: str
     service: str
     uid: str = ""
+    address: str = ""
 
     @property
     def key(self) -> str:

@@ -20,8 +20,13 @@ from __future__ import annotations
 
 from trio_ccm.cloud.aws.client import AwsClient, Endpoint, endpoint_for
 from trio_ccm.cloud.aws.config import CloudConfig, ServiceOverride, parse_cloud_config
-from trio_ccm.cloud.aws.credentials import AwsCredentials, AwsCredentialsError
-from trio_ccm.cloud.aws.errors import AwsError, AwsServerError, AwsThrottledError
+from trio_ccm.cloud.aws.credentials import AwsCredentials
+from trio_ccm.cloud.aws.errors import (
+    AwsCredentialsError,
+    AwsError,
+    AwsServerError,
+    AwsThrottledError,
+)
 from trio_ccm.cloud.aws.instances import (
     LABEL_ZONE_ID,
     AwsInstances,

@@ -40,6 +40,7 @@ Secured = Callable[[str, int], bool]
 
 __all__ = [
     "ANNOTATIONS",
+    "AccessLog",
     "ClbHealthCheck",
     "ClbListener",
     "LoadBalancerPlan",
@@ -47,6 +48,7 @@ __all__ = [
     "NlbPort",
     "key_values",
     "plan",
+    "refuse_scheme_change",
     "target_group_name",
     "target_nodes",
 ]
@@ -147,6 +149,16 @@ class ClbHealthCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessLog:
+    """Access logs to S3 (both types; `interval` is the Classic ELB's, 5 or 60 minutes)."""
+
+    enabled: bool = False
+    bucket: str = ""
+    prefix: str = ""
+    interval: int = 0  # 0: AWS's default (60)
+
+
+@dataclass(frozen=True, slots=True)
 class LoadBalancerPlan:
     """What the Service's load balancer should be (see the module docstring)."""
 
@@ -170,6 +182,12 @@ class LoadBalancerPlan:
     draining_timeout: int = 300
     idle_timeout: int = 60
     protocols: tuple[str, ...] = ()  # the Service ports' protocols, lower-case (node rules)
+    access_log: AccessLog = AccessLog()
+    proxy_protocol: bool = False  # Classic ELB: the backend policy on every instance port
+    ssl_policy: str = ""  # Classic ELB: the predefined policy of its SSL/HTTPS listeners
+    eip_allocations: tuple[str, ...] = ()  # NLB: one per subnet, in the subnets' order
+    private_ipv4_addresses: tuple[str, ...] = ()  # NLB: one per subnet
+    managed_security_group: bool = False  # NLB: NLBSecurityGroupMode=Managed, no BYO groups
 
     @property
     def kind(self) -> str:
@@ -278,6 +296,72 @@ def target_nodes(nodes: tuple[NodeInfo, ...], labels: Mapping[str, str]) -> list
     ]
 
 
+CLASSIC_ONLY: Final = (
+    PROXY_PROTOCOL, ACCESS_LOG_EMIT_INTERVAL, DRAINING_ENABLED, DRAINING_TIMEOUT, IDLE_TIMEOUT,
+    EXTRA_SECURITY_GROUPS,
+)  # fmt: skip
+"""Annotations an NLB has no setting for: refused on one (upstream ignores all but
+`extra-security-groups`, which it refuses too)."""
+NLB_ONLY: Final = (TARGET_GROUP_ATTRIBUTES, EIP_ALLOCATIONS, PRIVATE_IPV4_ADDRESSES)
+"""Annotations a Classic ELB has no setting for: refused on one (upstream refuses
+`target-group-attributes` and ignores the two others)."""
+_CLASSIC_ONLY_FIX: Final = "applies to Classic ELBs only (an NLB has no such setting); remove it"
+_CLASSIC_ONLY_WHY: Final = {
+    PROXY_PROTOCOL: "applies to Classic ELBs only; for an NLB set "
+    f"{TARGET_GROUP_ATTRIBUTES}: proxy_protocol_v2.enabled=true instead",
+    ACCESS_LOG_EMIT_INTERVAL: "applies to Classic ELBs only (an NLB writes its logs every "
+    "5 minutes); remove it",
+    EXTRA_SECURITY_GROUPS: "an NLB takes no extra security groups (as upstream); remove it, "
+    f"or name every group in {SECURITY_GROUPS} with NLBSecurityGroupMode=Managed",
+}
+
+
+def refuse_scheme_change(lb_plan: LoadBalancerPlan, scheme: str) -> None:
+    """ServiceRefused when the existing load balancer's scheme is not the plan's: AWS cannot
+    change it (upstream ignores the change; here it is said)."""
+    if not scheme or (scheme == "internal") == lb_plan.internal:
+        return
+    raise ServiceRefused(
+        f"Service {lb_plan.service}: annotation {INTERNAL}: the {lb_plan.kind} {lb_plan.name} "
+        f"is {scheme} and AWS cannot change a load balancer's scheme; set the annotation back, "
+        "or delete the Service and create it again (a new load balancer, a new address)"
+    )
+
+
+def internal_of(service: ServiceInfo) -> bool:
+    """Upstream's reading of the internal annotation: anything but "" and "false"."""
+    return service.annotations.get(INTERNAL, "") not in ("", "false")
+
+
+def _target_group_attributes(read: _Reader, service: ServiceInfo) -> dict[str, str]:
+    """Upstream's validateServiceAnnotationTargetGroupAttributes."""
+    raw = read.text(TARGET_GROUP_ATTRIBUTES)
+    attributes: dict[str, str] = {}
+    for item in raw.split(","):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if not key:
+            continue
+        where = f"annotation {TARGET_GROUP_ATTRIBUTES}"
+        if key in attributes:
+            read.problems.append(f"{where}: {key} is set twice")
+        elif key not in _TG_ATTRIBUTES:
+            read.problems.append(
+                f"{where}: {key} is not supported (only {', '.join(sorted(_TG_ATTRIBUTES))})"
+            )
+        elif value not in ("true", "false"):
+            read.problems.append(f"{where}: {key}={value!r} is not true or false")
+        elif (
+            key == "preserve_client_ip.enabled"
+            and value == "false"
+            and any(p.protocol == "UDP" for p in service.ports)
+        ):
+            read.problems.append(
+                f"{where}: client IP preservation cannot be turned off for UDP ports (AWS)"
+            )
+        attributes[key] = value
+    return attributes
+
+
 def plan(service: ServiceInfo, config: CloudConfig, cluster_id: str) -> LoadBalancerPlan:
     """The Service's load balancer (see the module docstring)."""
     where = f"Service {service.key}"
@@ -316,7 +400,7 @@ def plan(service: ServiceInfo, config: CloudConfig, cluster_id: str) -> LoadBala
     ports = [p for p in service.ports if p.node_port]
     if service.ports and not ports:
         problems.append("spec.ports: no port has a nodePort yet; the API server assigns them")
-    internal = read.text(INTERNAL) not in ("", "false")
+    internal = internal_of(service)
     certificate = read.text(SSL_CERT)
     ssl_ports = _list(read.text(SSL_PORTS, "*"))
     backend = read.text(BACKEND_PROTOCOL).lower()
@@ -333,15 +417,16 @@ def plan(service: ServiceInfo, config: CloudConfig, cluster_id: str) -> LoadBala
     cross_zone = read.boolean(CROSS_ZONE, False)
     tags = key_values(read.text(ADDITIONAL_TAGS))
     node_labels = key_values(read.text(TARGET_NODE_LABELS))
-    if read.boolean(ACCESS_LOG_ENABLED, False):
-        problems.append(
-            f"annotation {ACCESS_LOG_ENABLED}: access logs are not supported by trio-ccm yet; "
-            "remove it, or turn them on in the AWS console"
-        )
-    read.refuse(EIP_ALLOCATIONS, "static addresses are not supported by trio-ccm yet; remove it")
-    read.refuse(
-        PRIVATE_IPV4_ADDRESSES, "static addresses are not supported by trio-ccm yet; remove it"
+    access_log = AccessLog(
+        enabled=read.boolean(ACCESS_LOG_ENABLED, False),
+        bucket=read.text(ACCESS_LOG_BUCKET).strip(),
+        prefix=read.text(ACCESS_LOG_PREFIX).strip(),
     )
+    if access_log.enabled and not access_log.bucket:
+        problems.append(
+            f"annotation {ACCESS_LOG_ENABLED}: access logs need an S3 bucket; set "
+            f"{ACCESS_LOG_BUCKET} (and optionally {ACCESS_LOG_PREFIX})"
+        )
     base = LoadBalancerPlan(
         service=service.key,
         uid=service.uid,
@@ -354,6 +439,7 @@ def plan(service: ServiceInfo, config: CloudConfig, cluster_id: str) -> LoadBala
         cross_zone=cross_zone,
         node_labels=node_labels,
         protocols=tuple(sorted(p.lower() for p in protocols)),
+        access_log=access_log,
     )
     if nlb:
         result = _nlb(read, service, config, cluster_id, ports, secured, base)
@@ -407,20 +493,40 @@ def _nlb(
     secured: Secured,
     base: LoadBalancerPlan,
 ) -> LoadBalancerPlan:
-    if config.nlb_security_group_mode == "Managed":
+    managed = config.nlb_security_group_mode == "Managed"
+    groups = _list(read.text(SECURITY_GROUPS))
+    if groups and not managed:
         read.problems.append(
-            "the cloud-config's NLBSecurityGroupMode=Managed is not supported by trio-ccm yet; "
-            "remove it (NLBs then open the Nodes' security groups, as before)"
+            f"annotation {SECURITY_GROUPS}: an NLB takes security groups only with the "
+            "cloud-config's NLBSecurityGroupMode=Managed; set it there, or remove the annotation"
         )
-    read.refuse(SECURITY_GROUPS, "needs NLBSecurityGroupMode=Managed, not supported yet; remove it")
-    read.refuse(PROXY_PROTOCOL, f"applies to Classic ELBs; use {TARGET_GROUP_ATTRIBUTES}")
+    for key in CLASSIC_ONLY:
+        read.refuse(key, _CLASSIC_ONLY_WHY.get(key, _CLASSIC_ONLY_FIX))
     health = _nlb_health(read, service, config)
-    attributes = key_values(read.text(TARGET_GROUP_ATTRIBUTES))
-    for key, value in attributes.items():
-        if key not in _TG_ATTRIBUTES or value not in ("true", "false"):
+    attributes = _target_group_attributes(read, service)
+    eips = _list(read.text(EIP_ALLOCATIONS))
+    addresses = _list(read.text(PRIVATE_IPV4_ADDRESSES))
+    if eips and internal_of(service):
+        read.problems.append(
+            f"annotation {EIP_ALLOCATIONS}: Elastic IPs are for internet-facing NLBs; remove "
+            f"it, or {INTERNAL}"
+        )
+    if addresses and not internal_of(service):
+        read.problems.append(
+            f"annotation {PRIVATE_IPV4_ADDRESSES}: private addresses are for internal NLBs; "
+            f'set {INTERNAL}: "true", or remove it'
+        )
+    for value in addresses:
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
             read.problems.append(
-                f"annotation {TARGET_GROUP_ATTRIBUTES}: {key}={value} is not one of "
-                f"{', '.join(sorted(_TG_ATTRIBUTES))} set to true or false"
+                f"annotation {PRIVATE_IPV4_ADDRESSES}: {value!r} is not an IPv4 address"
+            )
+    for value in eips:
+        if not value.startswith("eipalloc-"):
+            read.problems.append(
+                f"annotation {EIP_ALLOCATIONS}: {value!r} is not an allocation ID (eipalloc-...)"
             )
     backend = read.text(BACKEND_PROTOCOL).lower()
     mapped = []
@@ -446,7 +552,15 @@ def _nlb(
                 ),
             )
         )
-    return replace(base, nlb_ports=tuple(mapped), target_group_attributes=attributes)
+    return replace(
+        base,
+        nlb_ports=tuple(mapped),
+        target_group_attributes=attributes,
+        security_groups=groups if managed else (),
+        eip_allocations=eips,
+        private_ipv4_addresses=addresses,
+        managed_security_group=managed and not groups,
+    )
 
 
 def _clb(
@@ -457,16 +571,19 @@ def _clb(
     secured: Secured,
     base: LoadBalancerPlan,
 ) -> LoadBalancerPlan:
-    read.refuse(
-        PROXY_PROTOCOL,
-        "the proxy protocol on Classic ELBs is not supported by trio-ccm yet; remove it "
-        "(or use an NLB with proxy_protocol_v2 in "
-        f"{TARGET_GROUP_ATTRIBUTES})",
-    )
-    read.refuse(
-        SSL_NEGOTIATION_POLICY,
-        "SSL negotiation policies on Classic ELBs are not supported by trio-ccm yet; remove it",
-    )
+    for key in NLB_ONLY:
+        read.refuse(key, f"applies to NLBs only; remove it, or set {TYPE}: nlb")
+    proxy = read.text(PROXY_PROTOCOL)
+    if proxy not in ("", "*"):
+        read.problems.append(
+            f"annotation {PROXY_PROTOCOL}: {proxy!r}: the only value is '*' (every listener)"
+        )
+    interval = read.text(ACCESS_LOG_EMIT_INTERVAL).strip()
+    if interval not in ("", "5", "60"):
+        read.problems.append(
+            f"annotation {ACCESS_LOG_EMIT_INTERVAL}: {interval!r}: AWS takes 5 or 60 (minutes)"
+        )
+        interval = ""
     backend = read.text(BACKEND_PROTOCOL).lower()
     listeners = []
     for port in ports:
@@ -527,6 +644,9 @@ def _clb(
         clb_health=health,
         security_groups=_list(read.text(SECURITY_GROUPS)),
         extra_security_groups=_list(read.text(EXTRA_SECURITY_GROUPS)),
+        access_log=replace(base.access_log, interval=int(interval or 0)),
+        proxy_protocol=proxy == "*",
+        ssl_policy=read.text(SSL_NEGOTIATION_POLICY).strip(),
         draining=read.boolean(DRAINING_ENABLED, False),
         draining_timeout=read.integer(DRAINING_TIMEOUT, 300, 1, 3600),
         idle_timeout=read.integer(IDLE_TIMEOUT, 60, 1, 4000),

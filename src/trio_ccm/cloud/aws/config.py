@@ -25,7 +25,7 @@ The `[Global]` keys, as cloud-provider-aws's `CloudConfig` (pkg/providers/v1/con
 | ClusterServiceLoadBalancerHealthProbeMode | `ServiceNodePort` or `Shared` | ServiceNodePort |
 | ClusterServiceSharedLoadBalancerHealthProbePort | the Shared mode's port | 10256 |
 | ClusterServiceSharedLoadBalancerHealthProbePath | the Shared mode's path | /healthz |
-| SupportedTopologyInstanceTypePattern | instance types with topology labels (no effect yet) | |
+| SupportedTopologyInstanceTypePattern | types expected to have topology labels | upstream's |
 | NLBSecurityGroupMode | `Managed`: NLBs get their own security group | |
 
 `[ServiceOverride "N"]` keys: `Service`, `Region`, `URL`, `SigningRegion` (all required, as
@@ -416,11 +416,6 @@ def parse_cloud_config(data: bytes | str, *, source: str = "cloud-config") -> Cl
             )
         config = replace(config, node_ip_families=tuple(families))
     _check_global(config, source)
-    if config.supported_topology_instance_type_pattern:
-        warnings.append(
-            f"{source}: [Global] SupportedTopologyInstanceTypePattern has no effect: trio-ccm "
-            "does not set the topology.k8s.aws/network-node-layer-N labels yet"
-        )
     built = tuple(
         _build_override(name, keys, f"{source} line {override_lines[name]}")
         for name, keys in overrides.items()

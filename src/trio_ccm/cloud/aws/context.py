@@ -36,6 +36,7 @@ from trio_ccm.cloud.aws.credentials import (
     utc_now,
 )
 from trio_ccm.cloud.aws.ec2 import describe_by_ids
+from trio_ccm.cloud.aws.errors import ImdsError
 from trio_ccm.cloud.aws.imds import Imds
 from trio_ccm.cloud.aws.lookup import InstanceLookup, NodeDirectory, ZoneCache
 from trio_ccm.cloud.aws.tags import ClusterTagging
@@ -99,6 +100,7 @@ class AwsContext:
         self._ready = False
         self._lock = trio.Lock()
         self._self_instance_vpc = ""
+        self._self_subnet: str | None = None
 
     async def ready(self) -> None:
         """Settle region, cluster ID and zones once (see the module docstring)."""
@@ -191,6 +193,21 @@ class AwsContext:
                 )
             self._self_instance_vpc = instance.vpc_id
         return self._self_instance_vpc
+
+    async def own_subnet(self) -> str:
+        """This instance's subnet, upstream's fallback when no subnet of the VPC may be the
+        cluster's ("" off EC2, or when the metadata service is off or unreachable)."""
+        if self._self_subnet is None:
+            try:
+                instance_id = await self.imds.instance_id()
+            except ImdsError as exc:
+                log.info("aws.own-subnet-unknown", reason=str(exc))
+                self._self_subnet = ""
+                return ""
+            found = await describe_by_ids(self.client, [instance_id], target="this instance")
+            instance = found.get(instance_id)
+            self._self_subnet = instance.subnet_id if instance is not None else ""
+        return self._self_subnet
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from trio_ccm.errors import CcmError
+from trio_ccm.cloud.aws.errors import AwsCredentialsError
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AssumeRoleSource",
     "AwsCredentials",
-    "AwsCredentialsError",
+    "AwsCredentialsError",  # re-exported from errors.py, where it lives
     "ChainParts",
     "ContainerSource",
     "CredentialChain",
@@ -82,10 +82,6 @@ _MAX_ROLE_CHAIN: Final = 5
 
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class AwsCredentialsError(CcmError):
-    """No usable credentials: the message names the source and what to set or fix."""
 
 
 @dataclass(frozen=True, slots=True)

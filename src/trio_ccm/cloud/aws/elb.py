@@ -5,10 +5,14 @@
   ("Security group for Kubernetes ELB <name> (<namespace>/<name>)", cluster-tagged
   `owned`), open on each port and to ICMP fragmentation-needed from the source ranges;
   `extra-security-groups` are added after it.
-- **Create / ensure**: the load balancer (listeners, subnets, groups, scheme, tags);
-  listeners added and removed by difference; the groups applied when they differ; the
-  health check (ConfigureHealthCheck) and the attributes (cross-zone, connection
-  draining, idle timeout) set only when they differ; instances registered by difference.
+- **Create / ensure**: the load balancer (listeners, subnets, groups, scheme, tags); on an
+  existing one, as upstream: subnets attached and detached by difference, tags added or
+  changed, listeners added and removed by difference, the groups applied when they
+  differ; then the health check (ConfigureHealthCheck), the attributes (access logs,
+  cross-zone, connection draining, idle timeout) and the policies (proxy protocol on the
+  instance ports, the SSL negotiation policy on SSL/HTTPS listeners) set only where they
+  differ; instances registered by difference. The scheme cannot change (AWS); upstream
+  ignores a change of `internal`, trio-ccm refuses it (`loadbalancers.py`).
 - **Instances** (`register`): only the added and removed, `INSTANCES_PER_CALL` per call,
   deregistrations first.
 - **Delete**: the load balancer, then its own group (kept if anything still uses it: a
@@ -22,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan
+from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan, refuse_scheme_change
 from trio_ccm.cloud.aws.codec import Parsed
 from trio_ccm.cloud.aws.ec2 import apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
@@ -33,7 +37,7 @@ from trio_ccm.cloud.aws.network import (
     find_group,
     reconcile_rules,
 )
-from trio_ccm.cloud.aws.tags import service_tags
+from trio_ccm.cloud.aws.tags import service_tags, tags_of
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
@@ -44,6 +48,11 @@ __all__ = ["INSTANCES_PER_CALL", "Clb", "Clbs", "group_name"]
 log = get_logger("trio_ccm.cloud.aws.elb")
 
 INSTANCES_PER_CALL: Final = 100
+PROXY_PROTOCOL_POLICY: Final = "k8s-proxyprotocol-enabled"
+"""Upstream's name for the proxy-protocol backend policy."""
+SSL_POLICY_PREFIX: Final = "k8s-SSLNegotiationPolicy-"
+SSL_POLICY_FORMAT: Final = SSL_POLICY_PREFIX + "{}"
+"""Upstream's name for an SSL negotiation policy made from a predefined one."""
 
 
 def group_name(name: str) -> str:
@@ -143,21 +152,25 @@ class Clbs:
         client = context.client
         where = f"Classic ELB {plan.name} (Service {plan.service})"
         vpc_id = await context.vpc_id()
+        found = await self.describe(plan.name)
+        if found is not None:
+            refuse_scheme_change(plan, str(found.get("Scheme") or ""))
         groups = list(plan.security_groups)
         if not groups:
             groups = [context.config.elb_security_group or await self._own_group(plan, vpc_id)]
         groups += [g for g in plan.extra_security_groups if g not in groups]
-        found = await self.describe(plan.name)
+        subnets = await choose_subnets(
+            client,
+            vpc_id=vpc_id,
+            tagging=context.tagging,
+            internal=plan.internal,
+            annotated=plan.subnets,
+            where=where,
+            zones=context.zones,
+            own_subnet=context.own_subnet,
+        )
+        tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
         if found is None:
-            subnets = await choose_subnets(
-                client,
-                vpc_id=vpc_id,
-                tagging=context.tagging,
-                internal=plan.internal,
-                annotated=plan.subnets,
-                where=where,
-            )
-            tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
             params: dict[str, object] = {
                 "LoadBalancerName": plan.name,
                 "Listeners": [_aws_listener(listener) for listener in plan.clb_listeners],
@@ -178,6 +191,8 @@ class Clbs:
                     target=where,
                 )
         else:
+            await self._sync_subnets(plan, found, [s.id for s in subnets], where)
+            await self._sync_tags(plan.name, tags, where)
             await self._sync_listeners(plan, found, where)
             held = found.get("SecurityGroups")
             if [str(g) for g in (held if isinstance(held, list) else ())] != groups:
@@ -189,6 +204,7 @@ class Clbs:
                 )
         await self._sync_health(plan, found, where)
         await self._sync_attributes(plan, where)
+        await self._sync_policies(plan, found, where)
         instances = found.get("Instances")
         registered = [
             str(i.get("InstanceId"))
@@ -231,6 +247,143 @@ class Clbs:
                 target=where,
             )
 
+    async def _sync_subnets(
+        self, plan: LoadBalancerPlan, found: Mapping[str, object], wanted: Sequence[str], where: str
+    ) -> None:
+        """Upstream's subnet sync: detach the subnets no longer chosen, attach the new."""
+        held = found.get("Subnets")
+        have = {str(s) for s in (held if isinstance(held, list) else ())}
+        client = self._context.client
+        gone = sorted(have - set(wanted))
+        added = sorted(set(wanted) - have)
+        if gone:
+            await client.call(
+                "elb",
+                "DetachLoadBalancerFromSubnets",
+                {"LoadBalancerName": plan.name, "Subnets": gone},
+                target=where,
+            )
+        if added:
+            await client.call(
+                "elb",
+                "AttachLoadBalancerToSubnets",
+                {"LoadBalancerName": plan.name, "Subnets": added},
+                target=where,
+            )
+        if gone or added:
+            log.info("aws.clb-subnets-changed", load_balancer=plan.name, added=added, gone=gone)
+
+    async def _sync_tags(self, name: str, wanted: Mapping[str, str], where: str) -> None:
+        """Tags added or changed since creation are set (upstream adds them; a tag no longer
+        annotated stays, as upstream: it may be someone else's)."""
+        client = self._context.client
+        answer = await client.call(
+            "elb", "DescribeTags", {"LoadBalancerNames": [name]}, target=where
+        )
+        items = answer.get("TagDescriptions")
+        held: dict[str, str] = {}
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, Mapping):
+                held.update(tags_of(item.get("Tags")))
+        change = {k: v for k, v in wanted.items() if held.get(k) != v}
+        if change:
+            await client.call(
+                "elb",
+                "AddTags",
+                {
+                    "LoadBalancerNames": [name],
+                    "Tags": [{"Key": k, "Value": v} for k, v in change.items()],
+                },
+                target=where,
+            )
+
+    async def _sync_policies(
+        self, plan: LoadBalancerPlan, found: Mapping[str, object], where: str
+    ) -> None:
+        """The proxy protocol on every instance port, the SSL negotiation policy on every
+        SSL/HTTPS listener (upstream's policy names), each set only where it differs."""
+        client = self._context.client
+        policies = found.get("Policies")
+        other = policies.get("OtherPolicies") if isinstance(policies, Mapping) else None
+        existing = {str(p) for p in (other if isinstance(other, list) else ())}
+        backends = found.get("BackendServerDescriptions")
+        proxied = {
+            int(str(b.get("InstancePort") or 0))
+            for b in (backends if isinstance(backends, list) else ())
+            if isinstance(b, Mapping) and PROXY_PROTOCOL_POLICY in (b.get("PolicyNames") or ())
+        }
+        if plan.proxy_protocol and PROXY_PROTOCOL_POLICY not in existing:
+            await client.call(
+                "elb",
+                "CreateLoadBalancerPolicy",
+                {
+                    "LoadBalancerName": plan.name,
+                    "PolicyName": PROXY_PROTOCOL_POLICY,
+                    "PolicyTypeName": "ProxyProtocolPolicyType",
+                    "PolicyAttributes": [
+                        {"AttributeName": "ProxyProtocol", "AttributeValue": "true"}
+                    ],
+                },
+                target=where,
+            )
+        ports = {listener.instance_port for listener in plan.clb_listeners}
+        wanted = ports if plan.proxy_protocol else set()
+        for port in sorted(wanted ^ proxied):
+            await client.call(
+                "elb",
+                "SetLoadBalancerPoliciesForBackendServer",
+                {
+                    "LoadBalancerName": plan.name,
+                    "InstancePort": port,
+                    "PolicyNames": [PROXY_PROTOCOL_POLICY] if port in wanted else [],
+                },
+                target=where,
+            )
+        policy = SSL_POLICY_FORMAT.format(plan.ssl_policy) if plan.ssl_policy else ""
+        if policy and policy not in existing:
+            await client.call(
+                "elb",
+                "CreateLoadBalancerPolicy",
+                {
+                    "LoadBalancerName": plan.name,
+                    "PolicyName": policy,
+                    "PolicyTypeName": "SSLNegotiationPolicyType",
+                    "PolicyAttributes": [
+                        {
+                            "AttributeName": "Reference-Security-Policy",
+                            "AttributeValue": plan.ssl_policy,
+                        }
+                    ],
+                },
+                target=where,
+            )
+        described = found.get("ListenerDescriptions")
+        held = {
+            int(str(d["Listener"].get("LoadBalancerPort") or 0)): [
+                str(p) for p in (d.get("PolicyNames") or ())
+            ]
+            for d in (described if isinstance(described, list) else ())
+            if isinstance(d, Mapping) and isinstance(d.get("Listener"), Mapping)
+        }
+        for listener in plan.clb_listeners:
+            if listener.protocol not in ("SSL", "HTTPS"):
+                continue
+            have = held.get(listener.port, [])
+            ours = [p for p in have if p.startswith(SSL_POLICY_PREFIX)]
+            if ours == ([policy] if policy else []):
+                continue
+            keep = [p for p in have if not p.startswith(SSL_POLICY_PREFIX)]
+            await client.call(
+                "elb",
+                "SetLoadBalancerPoliciesOfListener",
+                {
+                    "LoadBalancerName": plan.name,
+                    "LoadBalancerPort": listener.port,
+                    "PolicyNames": keep + ([policy] if policy else []),
+                },
+                target=where,
+            )
+
     async def _sync_health(
         self, plan: LoadBalancerPlan, found: Mapping[str, object], where: str
     ) -> None:
@@ -261,7 +414,13 @@ class Clbs:
         )
         current = answer.get("LoadBalancerAttributes")
         current = current if isinstance(current, Mapping) else {}
+        log_wanted: dict[str, object] = {"Enabled": plan.access_log.enabled}
+        if plan.access_log.enabled:
+            log_wanted["S3BucketName"] = plan.access_log.bucket
+            log_wanted["S3BucketPrefix"] = plan.access_log.prefix
+            log_wanted["EmitInterval"] = plan.access_log.interval or 60
         wanted: dict[str, Mapping[str, object]] = {
+            "AccessLog": log_wanted,
             "CrossZoneLoadBalancing": {"Enabled": plan.cross_zone},
             "ConnectionDraining": {"Enabled": plan.draining, "Timeout": plan.draining_timeout}
             if plan.draining

@@ -4,7 +4,11 @@
   group (upstream's name, `annotations.target_group_name`) with every target, then its
   listener (TCP, UDP, or TLS with the certificate and policy), then the cross-zone
   attribute when asked for.
-- **Ensure** (the Service changed, or a re-verification): listeners, target groups and
+- **Create** also takes the Elastic IPs / private addresses (one per subnet, in order) and
+  the security groups (NLBSecurityGroupMode=Managed); an existing NLB's scheme and
+  addresses cannot change (AWS): a changed annotation is refused.
+- **Ensure** (the Service changed, or a re-verification): security groups (SetSecurityGroups),
+  tags added or changed, access logs and cross-zone attributes; listeners, target groups and
   targets compared with the plan; a target group whose immutable fields changed is made
   anew under its new name, the listener pointed at it (ModifyListener), the old one
   deleted; health checks changed in place (ModifyTargetGroup); listeners of ports gone are
@@ -22,12 +26,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, NlbPort
+from trio_ccm.cloud.aws.annotations import (
+    EIP_ALLOCATIONS,
+    PRIVATE_IPV4_ADDRESSES,
+    SUBNETS,
+    LoadBalancerPlan,
+    NlbPort,
+    refuse_scheme_change,
+)
 from trio_ccm.cloud.aws.codec import Parsed
 from trio_ccm.cloud.aws.ec2 import apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import Subnet, choose_subnets
-from trio_ccm.cloud.aws.tags import service_tags
+from trio_ccm.cloud.aws.tags import service_tags, tags_of
+from trio_ccm.cloud.provider import ServiceRefused
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
@@ -45,6 +57,9 @@ log = get_logger("trio_ccm.cloud.aws.elbv2")
 TARGETS_PER_CALL: Final = 100
 """Upstream's register/deregister chunk size."""
 CROSS_ZONE: Final = "load_balancing.cross_zone.enabled"
+ACCESS_LOGS: Final = "access_logs.s3.enabled"
+ACCESS_LOGS_BUCKET: Final = "access_logs.s3.bucket"
+ACCESS_LOGS_PREFIX: Final = "access_logs.s3.prefix"
 _GONE: Final = frozenset({"LoadBalancerNotFound", "TargetGroupNotFound", "ListenerNotFound"})
 
 
@@ -86,6 +101,57 @@ def _nlb(item: Mapping[str, object], target_groups: Mapping[str, str]) -> Nlb:
         ),
         target_groups=dict(target_groups),
     )
+
+
+def _subnet_mappings(plan: LoadBalancerPlan, subnet_ids: Sequence[str]) -> list[dict[str, str]]:
+    """Upstream's createSubnetMappings: the i-th Elastic IP / private address to the i-th
+    subnet; a count that differs is refused (nothing is made)."""
+    for key, values in (
+        (EIP_ALLOCATIONS, plan.eip_allocations),
+        (PRIVATE_IPV4_ADDRESSES, plan.private_ipv4_addresses),
+    ):
+        if values and len(values) != len(subnet_ids):
+            raise ServiceRefused(
+                f"Service {plan.service}: annotation {key}: {len(values)} given for "
+                f"{len(subnet_ids)} subnets ({', '.join(subnet_ids)}); give one per subnet, "
+                f"in that order (or choose the subnets with {SUBNETS})"
+            )
+    mappings = []
+    for index, subnet in enumerate(subnet_ids):
+        mapping = {"SubnetId": subnet}
+        if plan.eip_allocations:
+            mapping["AllocationId"] = plan.eip_allocations[index]
+        if plan.private_ipv4_addresses:
+            mapping["PrivateIPv4Address"] = plan.private_ipv4_addresses[index]
+        mappings.append(mapping)
+    return mappings
+
+
+def _refuse_address_change(plan: LoadBalancerPlan, found: Mapping[str, object]) -> None:
+    """An NLB's addresses are fixed at creation: a changed annotation is refused."""
+    zones = found.get("AvailabilityZones")
+    eips: list[str] = []
+    addresses: list[str] = []
+    for zone in zones if isinstance(zones, list) else ():
+        items = zone.get("LoadBalancerAddresses") if isinstance(zone, Mapping) else None
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, Mapping):
+                if item.get("AllocationId"):
+                    eips.append(str(item["AllocationId"]))
+                if item.get("PrivateIPv4Address"):
+                    addresses.append(str(item["PrivateIPv4Address"]))
+    for key, wanted, held in (
+        (EIP_ALLOCATIONS, plan.eip_allocations, eips),
+        (PRIVATE_IPV4_ADDRESSES, plan.private_ipv4_addresses, addresses),
+    ):
+        # AWS answers the private address it chose for an internal NLB: only a chosen one
+        # is compared (an Elastic IP is always the user's).
+        if (wanted or key == EIP_ALLOCATIONS) and sorted(wanted) != sorted(held):
+            raise ServiceRefused(
+                f"Service {plan.service}: annotation {key}: the NLB {plan.name} has "
+                f"{', '.join(held) or 'none'} and AWS cannot change an NLB's addresses; set "
+                "the annotation back, or delete the Service and create it again"
+            )
 
 
 class Nlbs:
@@ -133,13 +199,23 @@ class Nlbs:
         return found
 
     # -- ensure ----------------------------------------------------------------------------
-    async def ensure(self, plan: LoadBalancerPlan, instance_ids: Sequence[str]) -> Nlb:
-        """Create or update the NLB to match `plan`, balancing to `instance_ids`."""
+    async def ensure(
+        self,
+        plan: LoadBalancerPlan,
+        instance_ids: Sequence[str],
+        *,
+        security_groups: Sequence[str] = (),
+        found: Mapping[str, object] | None = None,
+    ) -> Nlb:
+        """Create or update the NLB to match `plan`, balancing to `instance_ids`, with
+        `security_groups` (none: the NLB has no group; `found`: its description, if the
+        caller has it)."""
         context = self._context
         client = context.client
         where = f"NLB {plan.name} (Service {plan.service})"
         tags = service_tags(context.tagging, plan.service, plan.uid, plan.extra_tags)
-        found = await self.describe(plan.name)
+        if found is None:
+            found = await self.describe(plan.name)
         listeners: list[Mapping[str, object]] = []
         groups: list[Mapping[str, object]] = []
         created = found is None
@@ -152,26 +228,38 @@ class Nlbs:
                 internal=plan.internal,
                 annotated=plan.subnets,
                 where=where,
+                zones=context.zones,
+                own_subnet=context.own_subnet,
             )
-            answer = await client.call(
-                "elbv2",
-                "CreateLoadBalancer",
-                {
-                    "Name": plan.name,
-                    "Type": "network",
-                    "Scheme": "internal" if plan.internal else "internet-facing",
-                    "SubnetMappings": [{"SubnetId": s.id} for s in subnets],
-                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
-                },
-                target=where,
-            )
+            params: dict[str, object] = {
+                "Name": plan.name,
+                "Type": "network",
+                "Scheme": "internal" if plan.internal else "internet-facing",
+                "SubnetMappings": _subnet_mappings(plan, [s.id for s in subnets]),
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+            if security_groups:
+                params["SecurityGroups"] = list(security_groups)
+            answer = await client.call("elbv2", "CreateLoadBalancer", params, target=where)
             found = _first(answer, "LoadBalancers")
             log.info("aws.nlb-created", load_balancer=plan.name, service=plan.service)
             # A crash between the target groups and their listeners leaves groups no
             # listener names: find them by name.
             groups = await self.target_groups_named([p.target_group for p in plan.nlb_ports])
         else:
+            refuse_scheme_change(plan, str(found.get("Scheme") or ""))
+            _refuse_address_change(plan, found)
             arn = str(found.get("LoadBalancerArn") or "")
+            held = found.get("SecurityGroups")
+            have = [str(g) for g in (held if isinstance(held, list) else ())]
+            if security_groups and set(have) != set(security_groups):
+                await client.call(
+                    "elbv2",
+                    "SetSecurityGroups",
+                    {"LoadBalancerArn": arn, "SecurityGroups": list(security_groups)},
+                    target=where,
+                )
+            await self._sync_tags(arn, tags, where)
             listeners = _items(
                 await client.call(
                     "elbv2", "DescribeListeners", {"LoadBalancerArn": arn}, target=where
@@ -219,7 +307,7 @@ class Nlbs:
             if group_arn not in used:
                 await self._forgiving("DeleteTargetGroup", {"TargetGroupArn": group_arn}, where)
                 log.info("aws.target-group-deleted", target_group=name, load_balancer=plan.name)
-        await self._sync_cross_zone(arn, plan.cross_zone, created=created, where=where)
+        await self._sync_attributes(arn, plan, created=created, where=where)
         return _nlb(found, used)
 
     async def _create_group(
@@ -374,25 +462,58 @@ class Nlbs:
                 target=where,
             )
 
-    async def _sync_cross_zone(self, arn: str, wanted: bool, *, created: bool, where: str) -> None:
+    async def _sync_attributes(
+        self, arn: str, plan: LoadBalancerPlan, *, created: bool, where: str
+    ) -> None:
+        """Upstream's reconcileLBAttributes: cross-zone and access logs (the bucket and
+        prefix only while logs are on: AWS refuses an empty bucket)."""
         client = self._context.client
-        value = "true" if wanted else "false"
+        logs = plan.access_log
+        wanted = {
+            CROSS_ZONE: "true" if plan.cross_zone else "false",
+            ACCESS_LOGS: "true" if logs.enabled else "false",
+        }
+        if logs.enabled:
+            wanted[ACCESS_LOGS_BUCKET] = logs.bucket
+            wanted[ACCESS_LOGS_PREFIX] = logs.prefix
         if created:
-            if not wanted:
-                return  # AWS's default
+            current = {CROSS_ZONE: "false", ACCESS_LOGS: "false"}  # AWS's defaults
         else:
             answer = await client.call(
                 "elbv2", "DescribeLoadBalancerAttributes", {"LoadBalancerArn": arn}, target=where
             )
             current = {str(a.get("Key")): str(a.get("Value")) for a in _items(answer, "Attributes")}
-            if current.get(CROSS_ZONE, "false") == value:
-                return
+            current.setdefault(CROSS_ZONE, "false")
+            current.setdefault(ACCESS_LOGS, "false")
+        change = [{"Key": k, "Value": v} for k, v in wanted.items() if current.get(k, "") != v]
+        if not change:
+            return
         await client.call(
             "elbv2",
             "ModifyLoadBalancerAttributes",
-            {"LoadBalancerArn": arn, "Attributes": [{"Key": CROSS_ZONE, "Value": value}]},
+            {"LoadBalancerArn": arn, "Attributes": change},
             target=where,
         )
+
+    async def _sync_tags(self, arn: str, wanted: Mapping[str, str], where: str) -> None:
+        """Tags added or changed since creation are set (a tag no longer annotated stays:
+        it may be someone else's)."""
+        client = self._context.client
+        answer = await client.call("elbv2", "DescribeTags", {"ResourceArns": [arn]}, target=where)
+        held: dict[str, str] = {}
+        for item in _items(answer, "TagDescriptions"):
+            held.update(tags_of(item.get("Tags")))
+        change = {k: v for k, v in wanted.items() if held.get(k) != v}
+        if change:
+            await client.call(
+                "elbv2",
+                "AddTags",
+                {
+                    "ResourceArns": [arn],
+                    "Tags": [{"Key": k, "Value": v} for k, v in change.items()],
+                },
+                target=where,
+            )
 
     async def _forgiving(self, action: str, params: Mapping[str, object], where: str) -> None:
         """`action`, gone already being success."""

@@ -9,6 +9,9 @@ error codes, each naming the call, the resource and what to do.
 - `AwsServerError`: AWS failed (HTTP 5xx), could not be reached, or answered something that
   is no AWS answer (an HTML page, a truncated body). Transient: retried by the client, then
   by the controllers with backoff; never read as "no such instance".
+- `AwsCredentialsError`: no usable credentials; the message names the source and the fix.
+  `ImdsError` (the metadata service could not answer) is one. They live here, not beside
+  the credential chain, so `imds.py` and `credentials.py` need not import each other.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from trio_ccm.errors import CcmError
 __all__ = [
     "THROTTLING_CODES",
     "TRANSIENT_CODES",
+    "AwsCredentialsError",
     "AwsError",
     "AwsServerError",
     "AwsThrottledError",
+    "ImdsError",
     "fix_for",
 ]
 
@@ -79,8 +84,10 @@ _FIXES: Final = {
     + _CREDENTIALS_FIX,
     "RequestExpired": "the request's signature is too old: check the host's clock (NTP)",
     "RulesPerSecurityGroupLimitExceeded": "the security group holds as many rules as AWS's "
-    "quota allows (every load balancer adds rules to the Nodes' group): raise the quota, or "
-    "set DisableSecurityGroupIngress in the cloud-config and open the node ports yourself",
+    "quota 'Inbound or outbound rules per security group' allows (every load balancer adds "
+    "rules to the Nodes' group): raise the quota, set NLBSecurityGroupMode=Managed in the "
+    "cloud-config (one rule per NLB; docs/aws.md#security-group-rule-quotas), or set "
+    "DisableSecurityGroupIngress and open the node ports yourself",
     "OptInRequired": "the account is not subscribed to this service in this region",
     "InvalidIdentityToken": "STS refused the web identity token: check the IAM OIDC provider "
     "of the cluster and the role's trust policy (IRSA, docs/aws.md#irsa)",
@@ -146,6 +153,14 @@ class AwsThrottledError(AwsError, ThrottledError):
 
 class AwsServerError(AwsError):
     """AWS failed, was unreachable, or answered garbage: transient, retried."""
+
+
+class AwsCredentialsError(CcmError):
+    """No usable credentials: the message names the source and what to set or fix."""
+
+
+class ImdsError(AwsCredentialsError):
+    """The metadata service could not answer (off EC2, disabled, or hop limit too low)."""
 
 
 _SERVICE_NAMES: Final = {"ec2": "EC2", "elb": "ELB", "elbv2": "ELBv2", "sts": "STS"}

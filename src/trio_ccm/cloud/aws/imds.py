@@ -19,7 +19,7 @@ from typing import Final
 import httpx
 import trio
 
-from trio_ccm.cloud.aws.credentials import AwsCredentialsError
+from trio_ccm.cloud.aws.errors import ImdsError
 
 __all__ = ["DEFAULT_ENDPOINT", "Imds", "ImdsError"]
 
@@ -28,10 +28,6 @@ _TOKEN_TTL_S: Final = 21600
 _TOKEN_MARGIN_S: Final = 60.0
 _TIMEOUT_S: Final = 1.0
 _ATTEMPTS: Final = 2
-
-
-class ImdsError(AwsCredentialsError):
-    """The metadata service could not answer (off EC2, disabled, or hop limit too low)."""
 
 
 class Imds:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, describe_by_ids, is_instance_id
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.lookup import Ref
+from trio_ccm.cloud.aws.topology import LABEL_PREFIX, Topology
 from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
@@ -146,6 +147,7 @@ class AwsInstances:
 
     def __init__(self, context: AwsContext) -> None:
         self._context = context
+        self._topology = Topology(context)
 
     # -- identifying ------------------------------------------------------------------
     def _ref(self, node: NodeInfo) -> Ref:
@@ -186,14 +188,27 @@ class AwsInstances:
         found = await self._context.lookup.resolve(refs)
         live = {name: i for name, i in found.items() if i.state != "terminated"}
         zone_ids = await self._context.zones.zone_ids(i.zone for i in live.values())
+        layers = await self._layers([(shown[name], i) for name, i in live.items()])
         return {
-            name: self._metadata(shown[name], instance, zone_ids) for name, instance in live.items()
+            name: self._metadata(shown[name], instance, zone_ids, layers)
+            for name, instance in live.items()
         }
 
+    async def _layers(
+        self, pairs: Sequence[tuple[NodeInfo, Ec2Instance]]
+    ) -> Mapping[str, tuple[str, ...]]:
+        """The network nodes of the instances whose Node has no topology labels yet."""
+        wanted = [i for node, i in pairs if f"{LABEL_PREFIX}1" not in node.labels]
+        return await self._topology.layers(wanted) if wanted else {}
+
     def _metadata(
-        self, node: NodeInfo, instance: Ec2Instance, zone_ids: Mapping[str, str]
+        self,
+        node: NodeInfo,
+        instance: Ec2Instance,
+        zone_ids: Mapping[str, str],
+        layers: Mapping[str, tuple[str, ...]],
     ) -> InstanceMetadata:
-        labels: dict[str, str] = {}
+        labels: dict[str, str] = self._topology.labels(layers.get(instance.id, ()))
         if LABEL_ZONE_ID not in node.labels:
             zone_id = zone_ids.get(instance.zone)
             if zone_id:
@@ -224,7 +239,8 @@ class AwsInstances:
         if found is None or found.state == "terminated":
             raise InstanceNotFoundError(self._not_found(node, ref, found))
         zone_ids = await self._context.zones.zone_ids([found.zone])
-        return self._metadata(node, found, zone_ids)
+        layers = await self._layers([(node, found)])
+        return self._metadata(node, found, zone_ids, layers)
 
     async def _find(self, node: NodeInfo) -> tuple[Ref, Ec2Instance | None]:
         """The Node's instance, read now (no snapshot), terminated ones included."""

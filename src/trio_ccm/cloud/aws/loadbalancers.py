@@ -8,9 +8,14 @@ it out, `network.py` holds the subnets and security groups. This module adds:
   instance's group (its cluster-tagged one, else its only one) lets the load balancer in.
   NLB: rules described `kubernetes.io/rule/nlb/client=<name>` (the node ports from the
   source ranges) and `kubernetes.io/rule/nlb/health=<name>` (the health-check ports from
-  the NLB's subnets, left out when the client rule covers them); Classic ELB: all traffic
-  from the load balancer's group. Rules for this load balancer in groups no target uses
+  the NLB's subnets, left out when the client rule covers them) and the shared
+  `kubernetes.io/rule/nlb/mtu` (ICMP 3/4 from each client range of any NLB); Classic ELB,
+  and an NLB with its managed group (`NLBSecurityGroupMode=Managed`): all traffic from the
+  load balancer's group, one rule. Rules for this load balancer in groups no target uses
   any more are revoked.
+- **what AWS cannot change is refused** (`ServiceRefused`, the load balancer kept): the
+  type (the other type's load balancer of this Service's name exists), the scheme, an
+  NLB's addresses.
 - **node-set changes at the cost of the difference**: after an ensure the provider keeps
   what it registered (per load balancer: its target groups, its targets, the Nodes'
   groups it opened). `update_load_balancer` then registers and deregisters only the
@@ -27,11 +32,15 @@ it out, `network.py` holds the subnets and security groups. This module adds:
   calls `ensure_load_balancer_deleted` for them.
 - **the inventory** (`LoadBalancerInventory`): every NLB and Classic ELB carrying this
   cluster's `owned` tag and `kubernetes.io/service-name`, with the Service UID from
-  `trio-ccm.dev/service-uid` (ours; upstream tags no UID), for the sweep for leaked ones.
+  `trio-ccm.dev/service-uid` (ours; upstream tags no UID) and its DNS name, for the sweep
+  for leaked ones; when both types exist under one name, the leaked one (the address the
+  Service's status does not name) is deleted alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,13 +58,17 @@ from trio_ccm.cloud.aws.network import (
     Rule,
     SecurityGroup,
     authorize,
+    create_group,
     delete_group,
     describe_groups,
+    find_group,
     node_group,
     reconcile_rules,
+    revoke,
 )
-from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, tags_of
+from trio_ccm.cloud.aws.tags import SERVICE_NAME_TAG, SERVICE_UID_TAG, service_tags, tags_of
 from trio_ccm.cloud.provider import (
+    ImplementedElsewhere,
     LoadBalancerIngress,
     LoadBalancerStatus,
     NodeInfo,
@@ -69,15 +82,26 @@ from trio_ccm.logs import get_logger
 if TYPE_CHECKING:
     from trio_ccm.cloud.aws.context import AwsContext
 
-__all__ = ["NLB_CLIENT_RULE", "NLB_HEALTH_RULE", "AwsLoadBalancers"]
+__all__ = [
+    "NLB_CLIENT_RULE",
+    "NLB_HEALTH_RULE",
+    "NLB_MTU_RULE",
+    "AwsLoadBalancers",
+    "nlb_group_name",
+]
 
 log = get_logger("trio_ccm.cloud.aws.loadbalancers")
 
 NLB_CLIENT_RULE: Final = "kubernetes.io/rule/nlb/client"
 NLB_HEALTH_RULE: Final = "kubernetes.io/rule/nlb/health"
+NLB_MTU_RULE: Final = "kubernetes.io/rule/nlb/mtu"
+"""ICMP fragmentation-needed from every client range of an NLB in the group: one rule per
+range, shared by every NLB (upstream's)."""
+NLB_GROUP_DESCRIPTION: Final = "[k8s] Managed SecurityGroup for LoadBalancer"
 _TAGS_PER_CALL: Final = 20
 _GROUPS_REMEMBERED: Final = 100_000
 _PAGE_SIZE: Final = 400
+_NOT_GROUP_NAME: Final = re.compile(r"[^a-zA-Z0-9-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +114,25 @@ class _Known:
     node_groups: frozenset[str]
     rules: frozenset[Rule]  # what each of the Nodes' groups holds for it
     status: LoadBalancerStatus
+
+
+def nlb_group_name(cluster: str, namespace: str, name: str, uid: str) -> str:
+    """Upstream's GetSecurityGroupNameForNLB: `k8s-<ns:8>-<name:8>-<sha256(cluster, name,
+    namespace, uid):10>`."""
+    digest = hashlib.sha256()
+    for part in (cluster, name, namespace, uid):
+        digest.update(part.encode())
+    clean = _NOT_GROUP_NAME.sub
+    return f"k8s-{clean('', namespace)[:8]}-{clean('', name)[:8]}-{digest.hexdigest()[:10]}"
+
+
+def mtu_rules(rules: Iterable[Rule]) -> frozenset[Rule]:
+    """The MTU-discovery rules the NLB client rules among `rules` call for."""
+    return frozenset(
+        Rule("icmp", 3, 4, cidr=r.cidr, description=NLB_MTU_RULE)
+        for r in rules
+        if r.cidr and ":" not in r.cidr and r.description.startswith(NLB_CLIENT_RULE + "=")
+    )
 
 
 def _hostname(dns_name: str) -> LoadBalancerStatus:
@@ -208,15 +251,33 @@ class AwsLoadBalancers:
         return frozenset(rules)
 
     @staticmethod
-    def _ours(name: str, clb_group: str) -> Callable[[Rule], bool]:
+    def _ours(name: str, lb_group: str) -> Callable[[Rule], bool]:
+        """The Nodes' group rules made for load balancer `name` (whose own security group,
+        a Classic ELB's or a managed NLB's, is `lb_group`)."""
         descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
 
         def ours(rule: Rule) -> bool:
             return rule.description in descriptions or (
-                bool(clb_group) and rule.group == clb_group and rule.protocol == "-1"
+                bool(lb_group) and rule.group == lb_group and rule.protocol == "-1"
             )
 
         return ours
+
+    async def _sync_mtu(
+        self,
+        groups: Iterable[SecurityGroup],
+        wanted: Mapping[str, frozenset[Rule]],
+        ours: Callable[[Rule], bool],
+    ) -> None:
+        """Each group holds the MTU rules its NLB client rules (every NLB's) call for, once
+        the rules `ours` picks out are `wanted`."""
+        client = self._context.client
+        for group in groups:
+            after = {r for r in group.ingress if not ours(r)} | wanted.get(group.id, frozenset())
+            want = mtu_rules(after)
+            have = frozenset(r for r in group.ingress if r.description == NLB_MTU_RULE)
+            await revoke(client, group.id, have - want)
+            await authorize(client, group.id, want - have)
 
     async def _open_node_groups(
         self,
@@ -253,14 +314,17 @@ class AwsLoadBalancers:
                     instance=instance.id,
                     load_balancer=lb_plan.name,
                 )
+        ours = self._ours(lb_plan.name, clb_group)
         await reconcile_rules(
             context.client,
             groups,
             wanted=wanted,
-            ours=self._ours(lb_plan.name, clb_group),
+            ours=ours,
             # Classic ELB: upstream revokes its rule only from cluster-tagged groups.
             may_revoke=lambda g: not clb_group or context.tagging.has_cluster_tag(g.tags),
         )
+        if lb_plan.nlb:
+            await self._sync_mtu(groups, wanted, ours)
         return frozenset(wanted)
 
     # -- LoadBalancers -----------------------------------------------------------------------
@@ -269,19 +333,37 @@ class AwsLoadBalancers:
     ) -> LoadBalancerStatus:
         """Create or update the Service's load balancer (see the module docstring)."""
         lb_plan = await self._plan(service)
-        self._known.pop(lb_plan.name, None)
+        before = self._known.pop(lb_plan.name, None)
         if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
             raise ServiceRefused(f"Service {service.key}: no port to balance")
+        found_nlb = None
+        if lb_plan.nlb:
+            found_nlb = await self._nlbs.describe(lb_plan.name)
+        if (before is None or before.nlb != lb_plan.nlb) and (
+            found_nlb is None if lb_plan.nlb else True
+        ):
+            await self._refuse_type_change(lb_plan)
         instances = await self._instances(nodes, lb_plan.node_labels)
         ids = sorted(instances)
         if lb_plan.nlb:
-            nlb = await self._nlbs.ensure(lb_plan, ids)
-            rules = (
-                frozenset()
-                if self._context.config.disable_security_group_ingress
-                else await self._nlb_rules(lb_plan, nlb.subnet_ids)
+            own_group = await self._nlb_group(cluster, service, lb_plan, found_nlb)
+            nlb = await self._nlbs.ensure(
+                lb_plan,
+                ids,
+                security_groups=(own_group,) if own_group else lb_plan.security_groups,
+                found=found_nlb,
             )
-            opened = await self._open_node_groups(lb_plan, instances, rules, "")
+            if own_group:
+                # The NLB's own group: one rule on the Nodes' groups lets it in (as a Classic
+                # ELB's), instead of a rule per port and range (see docs/aws.md, quotas).
+                rules = frozenset({Rule("-1", -1, -1, group=own_group)})
+            elif self._context.config.disable_security_group_ingress:
+                rules = frozenset()
+            else:
+                rules = await self._nlb_rules(lb_plan, nlb.subnet_ids)
+            opened = await self._open_node_groups(lb_plan, instances, rules, own_group)
+            if not own_group and self._context.config.nlb_security_group_mode == "Managed":
+                await self._drop_managed_group(cluster, service, lb_plan.name)
             status = _hostname(nlb.dns_name)
             known = _Known(True, tuple(nlb.target_groups), frozenset(ids), opened, rules, status)
         else:
@@ -300,6 +382,105 @@ class AwsLoadBalancers:
             targets=len(ids),
         )
         return status
+
+    async def _refuse_type_change(self, lb_plan: LoadBalancerPlan) -> None:
+        """ServiceRefused when the Service's load balancer exists as the other type (its
+        type annotation changed), as upstream: the existing one is kept, nothing is made."""
+        client = self._context.client
+        if lb_plan.nlb:
+            if await self._clbs.describe(lb_plan.name) is None:
+                return
+            answer = await client.call(
+                "elb", "DescribeTags", {"LoadBalancerNames": [lb_plan.name]}, target=lb_plan.name
+            )
+        else:
+            other = await self._nlbs.describe(lb_plan.name)
+            if other is None:
+                return
+            answer = await client.call(
+                "elbv2",
+                "DescribeTags",
+                {"ResourceArns": [str(other.get("LoadBalancerArn"))]},
+                target=lb_plan.name,
+            )
+        tags: dict[str, str] = {}
+        for item in _mappings(answer.get("TagDescriptions")):
+            tags.update(tags_of(item.get("Tags")))
+        if tags.get(SERVICE_NAME_TAG, lb_plan.service) != lb_plan.service:
+            return  # another Service's, whose UID starts alike (names keep 31 of 32 digits)
+        kind, was = ("NLB", "Classic ELB") if lb_plan.nlb else ("Classic ELB", "NLB")
+        raise ServiceRefused(
+            f"Service {lb_plan.service}: annotation {TYPE_ANNOTATION}: the Service's load "
+            f"balancer {lb_plan.name} is a {was} and AWS cannot turn it into an {kind}; set the "
+            "annotation back, or delete the Service and create it again (a new load balancer, "
+            "a new address)"
+        )
+
+    async def _nlb_group(
+        self,
+        cluster: str,
+        service: ServiceInfo,
+        lb_plan: LoadBalancerPlan,
+        found: Mapping[str, object] | None,
+    ) -> str:
+        """NLBSecurityGroupMode=Managed: the NLB's own group (upstream's name), made if need
+        be, open on the listeners' ports and to ICMP fragmentation-needed from the source
+        ranges. "" when not managed, or when the NLB exists without groups (AWS cannot give
+        it any: it keeps the Nodes' per-port rules, with a warning)."""
+        context = self._context
+        if not lb_plan.managed_security_group:
+            return ""
+        if found is not None and not found.get("SecurityGroups"):
+            log.warning(
+                "aws.nlb-without-security-groups",
+                load_balancer=lb_plan.name,
+                service=lb_plan.service,
+                fix="AWS cannot add security groups to an NLB made without; recreate the "
+                "Service for a managed group",
+            )
+            return ""
+        vpc_id = await context.vpc_id()
+        name = nlb_group_name(cluster, service.namespace, service.name, service.uid)
+        group = await find_group(context.client, name=name, vpc_id=vpc_id)
+        if group is None:
+            group = await create_group(
+                context.client,
+                name=name,
+                description=NLB_GROUP_DESCRIPTION,
+                vpc_id=vpc_id,
+                tags=service_tags(
+                    context.tagging, lb_plan.service, lb_plan.uid, lb_plan.extra_tags
+                ),
+            )
+            log.info("aws.security-group-created", group=group.id, load_balancer=lb_plan.name)
+        wanted = frozenset(
+            [
+                Rule("udp" if p.protocol == "UDP" else "tcp", p.port, p.port, cidr=cidr)
+                for p in lb_plan.nlb_ports
+                for cidr in lb_plan.source_ranges
+            ]
+            + [Rule("icmp", 3, 4, cidr=cidr) for cidr in lb_plan.source_ranges]
+        )
+        await reconcile_rules(
+            context.client, [group], wanted={group.id: wanted}, ours=lambda r: not r.group
+        )
+        return group.id
+
+    async def _drop_managed_group(self, cluster: str, service: ServiceInfo, name: str) -> None:
+        """The NLB's managed group, once it uses BYO groups instead: the Nodes' rules that
+        let it in are revoked, and the group deleted (upstream's removeOwnedSecurityGroups)."""
+        context = self._context
+        group_name_ = nlb_group_name(cluster, service.namespace, service.name, service.uid)
+        groups = await self._scan_groups(name)
+        own = [g for g in groups if g.name == group_name_ and context.tagging.owned(g.tags)]
+        if not own:
+            return
+        ids = {g.id for g in own}
+        await reconcile_rules(
+            context.client, groups, wanted={}, ours=lambda r: r.group in ids and r.protocol == "-1"
+        )
+        for group in own:
+            await delete_group(context.client, group.id, why=f"of NLB {name}, now BYO")
 
     async def update_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
@@ -374,7 +555,8 @@ class AwsLoadBalancers:
         for instance in candidates:
             group = node_group(instance, by_id, context.tagging)
             if group and group not in opened and group in by_id:
-                await authorize(context.client, group, known.rules - by_id[group].ingress)
+                wanted = known.rules | mtu_rules(known.rules)
+                await authorize(context.client, group, wanted - by_id[group].ingress)
                 opened.add(group)
         return frozenset(opened)
 
@@ -407,8 +589,8 @@ class AwsLoadBalancers:
         """The target groups the Service's ports would have (none when it cannot be planned)."""
         try:
             lb_plan = plan(service, self._context.config, self._context.tagging.cluster_id)
-        except Exception:
-            return []
+        except (ServiceRefused, ImplementedElsewhere):
+            return []  # planned never, so no group was made under a port's name
         return [p.target_group for p in lb_plan.nlb_ports]
 
     async def _scan_groups(self, name: str) -> list[SecurityGroup]:
@@ -423,30 +605,52 @@ class AwsLoadBalancers:
         """Delete everything made for the Service (see the module docstring)."""
         await self._context.ready()
         await self._delete(
-            default_load_balancer_name(service), service.key, self._group_names(service)
+            default_load_balancer_name(service),
+            service.key,
+            self._group_names(service),
+            [nlb_group_name(cluster, service.namespace, service.name, service.uid)],
         )
 
-    async def _delete(self, name: str, service: str, target_groups: Sequence[str]) -> None:
+    async def _delete(
+        self,
+        name: str,
+        service: str,
+        target_groups: Sequence[str],
+        nlb_groups: Sequence[str] = (),
+        *,
+        only: str = "",
+    ) -> None:
+        """Delete the load balancer named `name` of both types (`only`: "clb" or "nlb", that
+        type alone), and what was made for it."""
         context = self._context
         where = f"load balancer {name} (Service {service})"
         self._known.pop(name, None)
         groups = await self._scan_groups(name)
-        own = [g for g in groups if g.name == group_name(name) and context.tagging.owned(g.tags)]
-        clb = await self._clbs.describe(name)
+        own_names = {
+            *((group_name(name),) if only != "nlb" else ()),
+            *(nlb_groups if only != "clb" else ()),
+        }
+        own = [g for g in groups if g.name in own_names and context.tagging.owned(g.tags)]
+        clb = await self._clbs.describe(name) if only != "nlb" else None
         held = clb.get("SecurityGroups") if clb is not None else None
         lb_groups = [str(g) for g in held] if isinstance(held, list) else []
         refs = {g.id for g in own} | set(lb_groups[:1])
-        descriptions = {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"}
-        await reconcile_rules(
-            context.client,
-            groups,
-            wanted={},
-            ours=lambda r: (
-                r.description in descriptions or (r.group in refs and r.protocol == "-1")
-            ),
+        descriptions = (
+            {f"{NLB_CLIENT_RULE}={name}", f"{NLB_HEALTH_RULE}={name}"} if only != "clb" else set()
         )
-        existed = await self._clbs.delete(name, where=where)
-        existed = await self._nlbs.delete(name, target_groups, where=where) or existed
+
+        def ours(rule: Rule) -> bool:
+            return rule.description in descriptions or (
+                rule.group in refs and rule.protocol == "-1"
+            )
+
+        await reconcile_rules(context.client, groups, wanted={}, ours=ours)
+        await self._sync_mtu(groups, {}, ours)
+        existed = False
+        if only != "nlb":
+            existed = await self._clbs.delete(name, where=where)
+        if only != "clb":
+            existed = await self._nlbs.delete(name, target_groups, where=where) or existed
         for group in own:
             await delete_group(context.client, group.id, why=f"of load balancer {name}")
         log.info(
@@ -463,7 +667,10 @@ class AwsLoadBalancers:
         client = self._context.client
         owned: list[OwnedLoadBalancer] = []
         nlbs = {
-            str(lb.get("LoadBalancerArn")): str(lb.get("LoadBalancerName"))
+            str(lb.get("LoadBalancerArn")): (
+                str(lb.get("LoadBalancerName")),
+                str(lb.get("DNSName") or ""),
+            )
             for lb in await self._all("elbv2")
             if lb.get("Type") == "network"
         }
@@ -472,24 +679,32 @@ class AwsLoadBalancers:
                 "elbv2", "DescribeTags", {"ResourceArns": list(chunk)}, target="NLBs"
             )
             for item in _mappings(answer.get("TagDescriptions")):
-                name = nlbs.get(str(item.get("ResourceArn")), "")
-                self._collect(owned, name, tags_of(item.get("Tags")))
-        clbs = [str(lb.get("LoadBalancerName")) for lb in await self._all("elb")]
-        for chunk in chunks(clbs, _TAGS_PER_CALL):
+                name, dns = nlbs.get(str(item.get("ResourceArn")), ("", ""))
+                self._collect(owned, name, dns, tags_of(item.get("Tags")))
+        clbs = {
+            str(lb.get("LoadBalancerName")): str(lb.get("DNSName") or "")
+            for lb in await self._all("elb")
+        }
+        for chunk in chunks(list(clbs), _TAGS_PER_CALL):
             answer = await client.call(
                 "elb", "DescribeTags", {"LoadBalancerNames": list(chunk)}, target="Classic ELBs"
             )
             for item in _mappings(answer.get("TagDescriptions")):
-                self._collect(owned, str(item.get("LoadBalancerName")), tags_of(item.get("Tags")))
+                name = str(item.get("LoadBalancerName"))
+                self._collect(owned, name, clbs.get(name, ""), tags_of(item.get("Tags")))
         return owned
 
-    def _collect(self, owned: list[OwnedLoadBalancer], name: str, tags: Mapping[str, str]) -> None:
+    def _collect(
+        self, owned: list[OwnedLoadBalancer], name: str, dns: str, tags: Mapping[str, str]
+    ) -> None:
         service = tags.get(SERVICE_NAME_TAG, "")
         if not service or not self._context.tagging.owned(tags):
             return
         namespace, _, service_name = service.partition("/")
         owned.append(
-            OwnedLoadBalancer(name, namespace, service_name, tags.get(SERVICE_UID_TAG, ""))
+            OwnedLoadBalancer(
+                name, namespace, service_name, tags.get(SERVICE_UID_TAG, ""), address=dns
+            )
         )
 
     async def _all(self, api: str) -> list[Mapping[str, object]]:
@@ -512,4 +727,13 @@ class AwsLoadBalancers:
     async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
         """Delete a listed load balancer and everything made for it."""
         await self._context.ready()
-        await self._delete(lb.name, lb.key, ())
+        managed = [nlb_group_name(cluster, lb.namespace, lb.service, lb.uid)] if lb.uid else []
+        only = ""
+        if lb.address:
+            # A Classic ELB and an NLB may share the name (a type change made the second):
+            # only the one at the listed address goes, with what was made for it alone.
+            clb = await self._clbs.describe(lb.name)
+            nlb = await self._nlbs.describe(lb.name)
+            if clb is not None and nlb is not None:
+                only = "clb" if str(clb.get("DNSName") or "") == lb.address else "nlb"
+        await self._delete(lb.name, lb.key, (), managed, only=only)

@@ -151,6 +151,13 @@ class ZoneCache:
                         self._missing[zone] = trio.current_time()
         return {z: self._zones[z][0] for z in wanted if z in self._zones and self._zones[z][0]}
 
+    async def zone_types(self, zones: Iterable[str]) -> dict[str, str]:
+        """The types of `zones` ("availability-zone", "local-zone", "wavelength-zone"; zones
+        AWS does not list are left out)."""
+        wanted = {z for z in zones if z}
+        await self.zone_ids(wanted)
+        return {z: self._zones[z][1] for z in wanted if z in self._zones and self._zones[z][1]}
+
     async def fill(self) -> None:
         async with self._lock:
             await self._fill()

@@ -16,9 +16,9 @@ that is a `RetryAfter`, not an error storm.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from trio_ccm.cloud.aws.client import AwsClient
 from trio_ccm.cloud.aws.codec import Parsed
@@ -26,6 +26,10 @@ from trio_ccm.cloud.aws.ec2 import Ec2Instance, filters
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.tags import CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, ClusterTagging, tags_of
 from trio_ccm.errors import RetryAfter
+from trio_ccm.logs import get_logger
+
+if TYPE_CHECKING:
+    from trio_ccm.cloud.aws.lookup import ZoneCache
 
 __all__ = [
     "ROLE_ELB",
@@ -48,6 +52,12 @@ ROLE_ELB: Final = "kubernetes.io/role/elb"
 ROLE_INTERNAL_ELB: Final = "kubernetes.io/role/internal-elb"
 DEPENDENCY_RETRY_S: Final = 5.0
 """Upstream polls a group still in use every 5 s."""
+
+
+log = get_logger("trio_ccm.cloud.aws.network")
+
+REGULAR_ZONE: Final = "availability-zone"
+"""The zone type load balancers live in (not local-zone, wavelength-zone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +154,13 @@ async def choose_subnets(
     internal: bool,
     annotated: Sequence[str],
     where: str,
+    zones: ZoneCache | None = None,
+    own_subnet: Callable[[], Awaitable[str]] | None = None,
 ) -> list[Subnet]:
     """The load balancer's subnets (see the module docstring); an AwsError naming the fix
     when there are none."""
     if annotated:
-        return await _annotated_subnets(client, annotated, where=where)
+        return await _annotated_subnets(client, annotated, vpc_id=vpc_id, where=where)
     pages = await client.paginate(
         "ec2",
         "DescribeSubnets",
@@ -161,6 +173,14 @@ async def choose_subnets(
         if tagging.has_cluster_tag(s.tags)
         or not any(k.startswith(CLUSTER_TAG_PREFIX) or k == LEGACY_CLUSTER_TAG for k in s.tags)
     ]
+    if not candidates and own_subnet is not None:
+        # Upstream's fallback: no subnet may be the cluster's, so this instance's own.
+        own = await own_subnet()
+        if own:
+            log.warning("aws.subnets-fallback", vpc=vpc_id, subnet=own, where=where)
+            candidates = _subnets(
+                [await client.call("ec2", "DescribeSubnets", {"SubnetIds": [own]}, target=where)]
+            )
     if not internal:
         public = await _public_subnets(client, vpc_id)
         candidates = [s for s in candidates if s.id in public]
@@ -175,6 +195,10 @@ async def choose_subnets(
             > (role in held.tags, tagging.has_cluster_tag(held.tags))
         ):
             by_zone[subnet.zone] = subnet
+    if zones is not None and by_zone:
+        # Upstream's: Local, Wavelength and Outposts zones carry no NLB or Classic ELB.
+        types = await zones.zone_types(by_zone)
+        by_zone = {z: s for z, s in by_zone.items() if types.get(z, REGULAR_ZONE) == REGULAR_ZONE}
     if not by_zone:
         kind = "internal" if internal else "internet-facing (routed to an internet gateway)"
         raise AwsError(
@@ -189,7 +213,7 @@ async def choose_subnets(
 
 
 async def _annotated_subnets(
-    client: AwsClient, names: Sequence[str], *, where: str
+    client: AwsClient, names: Sequence[str], *, vpc_id: str, where: str
 ) -> list[Subnet]:
     ids = [n for n in names if n.startswith("subnet-")]
     tagged = [n for n in names if not n.startswith("subnet-")]
@@ -200,7 +224,10 @@ async def _annotated_subnets(
         )
     if tagged:
         answer = await client.call(
-            "ec2", "DescribeSubnets", {"Filters": filters({"tag:Name": tagged})}, target=where
+            "ec2",
+            "DescribeSubnets",
+            {"Filters": filters({"tag:Name": tagged, "vpc-id": [vpc_id]})},  # upstream's scope
+            target=where,
         )
         found += _subnets([answer])
     known = {s.id for s in found} | {s.tags.get("Name", "") for s in found}

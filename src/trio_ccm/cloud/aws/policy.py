@@ -14,6 +14,7 @@ IAM_ACTIONS: Final = (
     # instances
     "ec2:DescribeInstances",
     "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeInstanceTopology",
     # load balancers: subnets and security groups
     "ec2:DescribeSubnets",
     "ec2:DescribeSecurityGroups",
@@ -35,6 +36,12 @@ IAM_ACTIONS: Final = (
     "elasticloadbalancing:DeleteLoadBalancerListeners",
     "elasticloadbalancing:ApplySecurityGroupsToLoadBalancer",
     "elasticloadbalancing:ConfigureHealthCheck",
+    "elasticloadbalancing:AttachLoadBalancerToSubnets",
+    "elasticloadbalancing:DetachLoadBalancerFromSubnets",
+    "elasticloadbalancing:CreateLoadBalancerPolicy",
+    "elasticloadbalancing:SetLoadBalancerPoliciesForBackendServer",
+    "elasticloadbalancing:SetLoadBalancerPoliciesOfListener",
+    "elasticloadbalancing:SetSecurityGroups",
     "elasticloadbalancing:RegisterInstancesWithLoadBalancer",
     "elasticloadbalancing:DeregisterInstancesFromLoadBalancer",
     # NLB

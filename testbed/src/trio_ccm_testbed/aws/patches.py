@@ -20,6 +20,19 @@ runtime), once, by `apply_patches()`; each is listed in docs/aws.md ("moto patch
 7. **ModifyListener takes TLS, UDP and TCP_UDP** (with the TLS certificate and policy), as
    AWS does for NLB listeners; moto refuses every protocol but HTTP, HTTPS and TCP.
 
+8. **CreateLoadBalancerListeners gives a new instance port a backend**, as CreateLoadBalancer
+   does: moto keeps backend policies (the proxy protocol) on "backends" it makes only at
+   creation, and silently drops SetLoadBalancerPoliciesForBackendServer for a port added
+   later; AWS takes it for any instance port.
+9. **An NLB's SubnetMappings keep their AllocationId and PrivateIPv4Address**, answered in
+   `AvailabilityZones[].LoadBalancerAddresses` (with the Elastic IP's address), as AWS does;
+   moto drops both. An unknown allocation ID is refused (`InvalidAllocationID.NotFound`).
+
+10. **DescribeInstanceTopology** (which moto does not have) answers, for the running
+    instances of the types AWS documents topology for (`p*`, `trn*`, `hpc*`), three network
+    nodes: one per zone, one per zone and type, one per instance's subnet (stable names);
+    no entry for other types, as AWS.
+
 And one for speed, answers unchanged:
 
 5. **A resource's tags are read from its own entry.** moto finds an EC2 resource's tags by
@@ -45,6 +58,9 @@ PATCHES: Final = (
     "a resource's tags are read from its own entry, not by scanning every tag (speed)",
     "DescribeTargetGroups(LoadBalancerArn) answers the groups its listeners use, [] for none",
     "ModifyListener takes TLS, UDP and TCP_UDP (with TLS certificates)",
+    "CreateLoadBalancerListeners gives a new instance port a backend (for its policies)",
+    "an NLB's SubnetMappings keep AllocationId and PrivateIPv4Address (LoadBalancerAddresses)",
+    "DescribeInstanceTopology answers p*/trn*/hpc* running instances with three network nodes",
 )
 _MARK: Final = "_trio_ccm_patched"
 _PAGE_DEFAULT: Final = 1000
@@ -99,6 +115,9 @@ def apply_patches() -> None:
             listener.certificates = [c["CertificateArn"] for c in certificates]
         return listener
 
+    _patch_topology()
+    _patch_backends()
+    _patch_subnet_mappings()
     setattr(ELBv2Backend, "describe_target_groups", describe_target_groups)  # noqa: B010
     setattr(ELBv2Backend, "modify_listener", modify_listener)  # noqa: B010
     setattr(Route, "state", property(_route_state))  # noqa: B010 - a property on moto's class
@@ -184,3 +203,109 @@ def _describe_instances(self: Any) -> Any:
     total = sum(len(r.instances) for r in reservations)
     next_token = str(start + taken) if start + taken < total else None
     return ActionResult({"Reservations": page, "NextToken": next_token})
+
+
+def _patch_backends() -> None:
+    """Patch 8: a backend for every instance port a listener added later uses."""
+    from moto.elb.models import ELBBackend, FakeBackend
+
+    original = ELBBackend.create_load_balancer_listeners
+
+    def create_load_balancer_listeners(self: Any, name: str, ports: list[dict[str, Any]]) -> Any:
+        balancer = original(self, name, ports)
+        if balancer is not None:
+            have = {int(b.instance_port) for b in balancer.backends}
+            for port in ports:
+                if int(port["InstancePort"]) not in have:
+                    balancer.backends.append(FakeBackend(instance_port=port["InstancePort"]))
+                    have.add(int(port["InstancePort"]))
+        return balancer
+
+    setattr(ELBBackend, "create_load_balancer_listeners", create_load_balancer_listeners)  # noqa: B010
+
+
+def _patch_subnet_mappings() -> None:
+    """Patch 9: an NLB's addresses per subnet (LoadBalancerAddresses)."""
+    from moto.elbv2.exceptions import ELBClientError as RESTError
+    from moto.elbv2.models import AvailabilityZone, ELBv2Backend, FakeLoadBalancer
+
+    original = ELBv2Backend.create_load_balancer
+
+    def create_load_balancer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        addresses: dict[str, list[dict[str, str]]] = {}
+        for mapping in kwargs.get("subnet_mappings") or []:
+            entry: dict[str, str] = {}
+            if mapping.get("AllocationId"):
+                allocation = mapping["AllocationId"]
+                found = [
+                    a
+                    for a in self.ec2_backend.addresses
+                    if getattr(a, "allocation_id", "") == allocation
+                ]
+                if not found:
+                    raise RESTError(
+                        "InvalidAllocationID.NotFound",
+                        f"The allocation ID '{allocation}' does not exist",
+                    )
+                entry["AllocationId"] = allocation
+                entry["IpAddress"] = found[0].public_ip
+            if mapping.get("PrivateIPv4Address"):
+                entry["PrivateIPv4Address"] = mapping["PrivateIPv4Address"]
+            if entry:
+                addresses[mapping["SubnetId"]] = [entry]
+        balancer = original(self, *args, **kwargs)
+        setattr(balancer, "trio_ccm_addresses", addresses)  # noqa: B010 - moto has no slot
+        return balancer
+
+    def availability_zones(balancer: Any) -> list[Any]:
+        zones = []
+        addresses = getattr(balancer, "trio_ccm_addresses", {})
+        for subnet in balancer.subnets:
+            zone = AvailabilityZone(subnet)
+            if subnet.id in addresses:
+                zone.load_balancer_addresses = addresses[subnet.id]  # type: ignore[attr-defined]
+            zones.append(zone)
+        return zones
+
+    setattr(ELBv2Backend, "create_load_balancer", create_load_balancer)  # noqa: B010
+    setattr(FakeLoadBalancer, "availability_zones", property(availability_zones))  # noqa: B010
+
+
+def _patch_topology() -> None:
+    """Patch 10: DescribeInstanceTopology."""
+    import hashlib
+    import re
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.responses.instances import InstanceResponse
+
+    types = re.compile(r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$")
+
+    def node(*parts: str) -> str:
+        return "nn-" + hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
+
+    def describe_instance_topology(self: Any) -> Any:
+        wanted = set(self._get_param("InstanceIds", []))
+        found = []
+        for reservation in self.ec2_backend.reservations.values():
+            for instance in reservation.instances:
+                if wanted and instance.id not in wanted:
+                    continue
+                if instance.state != "running" or not types.match(instance.instance_type):
+                    continue
+                zone = str(instance.placement.zone)
+                found.append(
+                    {
+                        "InstanceId": instance.id,
+                        "InstanceType": instance.instance_type,
+                        "NetworkNodes": [
+                            node(zone),
+                            node(zone, instance.instance_type),
+                            node(zone, instance.instance_type, instance.subnet_id),
+                        ],
+                        "AvailabilityZone": zone,
+                    }
+                )
+        return ActionResult({"Instances": found})
+
+    setattr(InstanceResponse, "describe_instance_topology", describe_instance_topology)  # noqa: B010

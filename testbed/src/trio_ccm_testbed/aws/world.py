@@ -413,6 +413,7 @@ def _read_balancing(world: World) -> Balancing:
             ),
             "attributes": {a["Key"]: a["Value"] for a in attributes},
             "tags": {t["Key"]: t["Value"] for t in tags},
+            "raw": lb,
         }
     groups: dict[str, dict[str, Any]] = {}
     for tg in v2.describe_target_groups()["TargetGroups"]:
@@ -447,6 +448,7 @@ def _read_balancing(world: World) -> Balancing:
                 "LoadBalancerAttributes"
             ],
             "tags": {t["Key"]: t["Value"] for t in tags},
+            "raw": lb,
         }
     security: dict[str, dict[str, Any]] = {}
     for group in ec2.describe_security_groups(
