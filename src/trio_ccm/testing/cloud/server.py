@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import trio
@@ -35,6 +35,13 @@ from trio_ccm.testing.cloud.model import (
 
 if TYPE_CHECKING:
     import httpx
+
+
+class DataPlaneView(Protocol):
+    """What the admin API shows of a data plane serving this cloud's load balancers."""
+
+    def to_json(self) -> dict[str, JSON]: ...
+
 
 __all__ = ["SimCloud", "error_response", "json_response"]
 
@@ -98,6 +105,7 @@ class SimCloud:
         lb_provisioning_s: float = 0.0,
         lb_hostnames: bool = False,
         lb_network: str = str(INGRESS_NETWORK),
+        internal_network: str = str(INTERNAL_NETWORK),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.seed = seed
@@ -111,6 +119,11 @@ class SimCloud:
         """Whether load balancers get a DNS name besides their IP."""
         self.lb_network = ipaddress.ip_network(lb_network)
         """The IPv4 pool ingress addresses come from (203.0.113.0/24: 254 load balancers)."""
+        self.internal_network = ipaddress.ip_network(internal_network)
+        """The network instances' internal IPs come from, from its 10th address on (a
+        loopback one, e.g. 127.240.1.0/24, lets the testbed's Nodes carry traffic)."""
+        self.dataplane: DataPlaneView | None = None
+        """The load balancers' data plane when one serves them (`GET /_sim/dataplane`)."""
         self.faults = Faults(random.Random(f"{seed}/faults"))  # noqa: S311 - dice, not secrets
         self.calls: list[Call] = []
         self._wall_clock = wall_clock
@@ -256,7 +269,11 @@ class SimCloud:
 
     def _allocate_internal_ip(self) -> str:
         while True:
-            address = str(INTERNAL_NETWORK[self._next_internal])
+            if self._next_internal >= self.internal_network.num_addresses - 1:
+                raise SimApiError(
+                    503, f"the internal network {self.internal_network} has no free address"
+                )
+            address = str(self.internal_network[self._next_internal])
             self._next_internal += 1
             if self._internal_in_use[address] <= 0:
                 return address
@@ -690,6 +707,13 @@ class SimCloud:
         match verb, parts:
             case "GET", ["state"]:
                 return json_response(200, self.state())
+            case "GET", ["dataplane"]:
+                if self.dataplane is None:
+                    raise not_found(
+                        "the data plane: no load balancer carries traffic in this cloud "
+                        "(the testbed serves one with a loopback --lb-network)"
+                    )
+                return json_response(200, self.dataplane.to_json())
             case "GET", ["instances"]:
                 found: list[JSON] = [i.to_json() for i in self.instances()]
                 return json_response(200, {"instances": found})
