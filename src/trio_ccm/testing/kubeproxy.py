@@ -112,6 +112,8 @@ class KubeProxy:
         self.poll_s = poll_s
         self.answered: Counter[str] = Counter()
         """Requests (and datagrams) answered, by pod name."""
+        self.received: Counter[str] = Counter()
+        """Requests (and datagrams) each Node took on a Service's node port, by Node."""
         self._services: dict[str, Service] = {}
         self._by_port: dict[_Port, _Served] = {}
         self._pods: dict[str, list[Pod]] = {}
@@ -337,6 +339,7 @@ class KubeProxy:
                 return  # Local without a pod here: the connection is refused
 
             def respond(path: str) -> Awaitable[tuple[int, bytes]]:
+                self.received[agent.node] += 1  # a request (a health check's connect is not)
                 return _ready(200, self._answer(agent, pod, client))
 
             await _serve_http(stream, respond)
@@ -370,6 +373,7 @@ class KubeProxy:
             if served is None:
                 continue
             client = str(peer[0])
+            self.received[agent.node] += 1
             pod = self._choose(agent, served, client)
             if pod is None:
                 continue

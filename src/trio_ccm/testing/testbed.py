@@ -381,6 +381,11 @@ class Testbed:
         self._heartbeat_failures = 0
         self._unknown = 0
 
+    @property
+    def kube(self) -> KubeClient:
+        """The kubelets' client of the emulator (in-process), for the testbed's own tools."""
+        return self._kube
+
     # -- the fleet ------------------------------------------------------------------------
     def add_nodes(self, count: int, *, initialised: bool = False) -> list[Instance]:
         """Launch `count` running instances `node-NNNN` (numbered on from the highest such
