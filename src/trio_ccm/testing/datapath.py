@@ -17,11 +17,13 @@ async with open_datapath_world(nodes=3) as world:
 
 from __future__ import annotations
 
+import ipaddress
 import random
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 import trio
@@ -35,11 +37,18 @@ from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.cloud.dataplane import DataPlane
 from trio_ccm.testing.harness import run_ccm
 from trio_ccm.testing.kubeproxy import KubeProxy
-from trio_ccm.testing.loopback import random_loopback_network
+from trio_ccm.testing.loopback import LOOPBACK_NETWORK, random_loopback_network
 from trio_ccm.testing.testbed import Testbed
 from trio_ccm.testing.traffic import Answer, TrafficError, http_get, udp_ask
 
-__all__ = ["DatapathWorld", "Outcome", "open_datapath_world"]
+__all__ = [
+    "DatapathWorld",
+    "Outcome",
+    "Pools",
+    "open_datapath_world",
+    "show_traffic",
+    "traffic_pools",
+]
 
 _REQUEST_S: Final = 5.0
 _POLL_S: Final = 0.05
@@ -149,19 +158,7 @@ class DatapathWorld:
         source: str | None = None,
     ) -> Outcome:
         """`count` requests (each a new connection, or a datagram) to `address:port`."""
-        answers, errors = [], []
-        for _ in range(count):
-            try:
-                with trio.fail_after(_REQUEST_S):
-                    if protocol == "UDP":
-                        raw = await udp_ask(address, port, source=source)
-                        answers.append(msgspec.json.decode(raw, type=Answer))
-                    else:
-                        reply = await http_get(address, port, source=source)
-                        answers.append(reply.answer())
-            except (TrafficError, trio.TooSlowError, msgspec.DecodeError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-        return Outcome(answers, errors)
+        return await _sample(address, port, protocol, count, source=source)
 
     async def wait_traffic(
         self,
@@ -213,3 +210,109 @@ async def open_datapath_world(
         ) as serving:
             yield DatapathWorld(api, cloud, testbed, plane, serving)
         nursery.cancel_scope.cancel()
+
+
+class Pools(TypedDict, total=False):
+    """`SimCloud` keywords: the load-balancer pool and the Nodes' internal network."""
+
+    lb_network: str
+    internal_network: str
+
+
+def traffic_pools(lb_network: str | None, node_network: str | None) -> Pools:
+    """The simulated cloud's address pools (`SimCloud` keywords) for the commands' flags.
+
+    A loopback `lb_network` makes load balancers carry traffic, with the Nodes' internal
+    IPs from `node_network` (default: the /16 after the pool's, 127.241.0.0/16 for
+    127.240.0.0/24); any other pool carries none (and `node_network` is refused). Raises
+    `ValueError` naming the flag and the fix.
+    """
+    if lb_network is None:
+        if node_network is not None:
+            raise ValueError("--node-network needs a loopback --lb-network")
+        return {}
+    vips = ipaddress.IPv4Network(lb_network)
+    if not vips.subnet_of(LOOPBACK_NETWORK):
+        if node_network is not None:
+            raise ValueError(
+                f"--node-network {node_network}: Nodes carry traffic only behind a loopback "
+                f"--lb-network, not {vips}"
+            )
+        return {"lb_network": str(vips)}
+    if node_network is None:
+        second = vips.network_address.packed[1]
+        second = second + 1 if second < 255 else second - 1
+        node_network = f"127.{second}.0.0/16"
+    nodes = ipaddress.IPv4Network(node_network)
+    if not nodes.subnet_of(LOOPBACK_NETWORK) or nodes.overlaps(vips):
+        raise ValueError(
+            f"--node-network {nodes}: must be in 127.0.0.0/8 and apart from the load-balancer "
+            f"pool {vips}"
+        )
+    return {"lb_network": str(vips), "internal_network": str(nodes)}
+
+
+async def show_traffic(
+    testbed: Testbed, cloud: SimCloud, *, requests: int = 4, patience_s: float = 15.0
+) -> list[str]:
+    """Send `requests` to each port of each LoadBalancer Service's EXTERNAL-IP (trying again
+    for up to `patience_s` while some fail) and describe who answered, for the demo."""
+    listed = await testbed.kube.list(SERVICES, type=Service)
+    lines = [f"traffic through the load balancers ({requests} requests per port):"]
+    for svc in sorted(listed.items, key=lambda s: s.key):
+        ingress = svc.status.load_balancer.ingress
+        if svc.spec.type != "LoadBalancer" or not ingress or not ingress[0].ip:
+            continue
+        address = ingress[0].ip
+        for port in svc.spec.ports:
+            shown = (
+                f"{port.port}/UDP" if port.protocol == "UDP" else f"http://{address}:{port.port}/"
+            )
+            outcome = Outcome([], [])
+            with trio.move_on_after(patience_s):
+                while True:
+                    outcome = await _sample(address, port.port, port.protocol, requests)
+                    if not outcome.errors:
+                        break
+                    await trio.sleep(0.5)
+            who = Counter(f"{a.pod} on {a.node}" for a in outcome.answers)
+            answered = ", ".join(f"{name} ({n})" for name, n in sorted(who.items()))
+            lines.append(
+                f"  {svc.key:<24} {shown:<28} {len(outcome.answers)}/{requests} answered"
+                + (f": {answered}" if answered else "")
+            )
+            if outcome.errors:
+                lines.append(f"    failed: {outcome.errors[-1]}")
+                lines += [f"    {why}" for why in _listener_errors(cloud, address)]
+    return lines
+
+
+async def _sample(
+    address: str, port: int, protocol: str, count: int, *, source: str | None = None
+) -> Outcome:
+    answers, errors = [], []
+    for _ in range(count):
+        try:
+            with trio.fail_after(_REQUEST_S):
+                if protocol == "UDP":
+                    raw = await udp_ask(address, port, source=source)
+                    answers.append(msgspec.json.decode(raw, type=Answer))
+                else:
+                    answers.append((await http_get(address, port, source=source)).answer())
+        except (TrafficError, trio.TooSlowError, msgspec.DecodeError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return Outcome(answers, errors)
+
+
+def _listener_errors(cloud: SimCloud, address: str) -> list[str]:
+    state = cloud.dataplane.to_json() if cloud.dataplane is not None else {}
+    found = []
+    balancers = state.get("loadBalancers", [])
+    for lb in balancers if isinstance(balancers, list) else []:
+        if not isinstance(lb, dict) or lb.get("ip") != address:
+            continue
+        listeners = lb.get("listeners", [])
+        for listener in listeners if isinstance(listeners, list) else []:
+            if isinstance(listener, dict) and listener.get("error"):
+                found.append(f"load balancer: {listener['error']}")
+    return found
