@@ -28,6 +28,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from typing import Any
 
 import trio
@@ -61,10 +62,11 @@ async def first_answer(address: str, port: int) -> None:
             await trio.sleep(_POLL_S)
 
 
-async def service_phase(world: DatapathWorld, count: int) -> tuple[list[str], list[float]]:
-    """Create `count` Services at once; each one's seconds from create to first answer."""
-    took: list[float] = []
-    keys: list[str] = []
+async def service_phase(
+    world: DatapathWorld, count: int, keys: list[str], took: list[float]
+) -> None:
+    """Create `count` Services at once (their keys into `keys`); each one's seconds from
+    create to first answer into `took`."""
 
     async def one(index: int) -> None:
         started = time.perf_counter()
@@ -77,11 +79,11 @@ async def service_phase(world: DatapathWorld, count: int) -> tuple[list[str], li
     async with trio.open_nursery() as nursery:
         for index in range(count):
             nursery.start_soon(one, index)
-    return keys, took
 
 
-async def node_phase(world: DatapathWorld, keys: list[str]) -> list[float]:
-    """Add a Node; per load balancer, seconds from its registration to a request it served."""
+async def node_phase(world: DatapathWorld, keys: list[str], took: list[float]) -> None:
+    """Add a Node; per load balancer, seconds from its registration to a request it served
+    (into `took`)."""
     [instance] = world.testbed.add_nodes(1)
     name = instance.name
     while True:
@@ -90,7 +92,6 @@ async def node_phase(world: DatapathWorld, keys: list[str]) -> list[float]:
             break
         await trio.sleep(0.01)
     registered = time.perf_counter()
-    took: list[float] = []
 
     async def one(key: str) -> None:
         ip = await world.wait_external_ip(key)
@@ -109,7 +110,6 @@ async def node_phase(world: DatapathWorld, keys: list[str]) -> list[float]:
     async with trio.open_nursery() as nursery:
         for key in keys:
             nursery.start_soon(one, key)
-    return took
 
 
 async def rate(address: str, port: int, seconds: float, *, keep_alive: bool) -> tuple[float, float]:
@@ -140,22 +140,41 @@ async def rate(address: str, port: int, seconds: float, *, keep_alive: bool) -> 
     return done / (time.perf_counter() - started), done / max(cpu_seconds() - cpu, 1e-9)
 
 
+async def bounded(what: str, work: Any, limit_s: float) -> Any:
+    """`work()` within `limit_s`, else None (said on stderr): a saturated run ends."""
+    with trio.move_on_after(limit_s):
+        return await work()
+    print(f"{what}: not done within {limit_s:g} s", file=sys.stderr, flush=True)
+    return None
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     requests_per_s = connections_per_s = per_cpu = None
     for count in args.load_balancers:
         async with open_datapath_world(
-            nodes=args.nodes, pods=2, health_interval_s=1.0, drain_s=10.0
+            nodes=args.nodes, pods=2, health_interval_s=args.health_interval, drain_s=10.0
         ) as world:
             began = time.perf_counter()
-            keys, service_s = await service_phase(world, count)
-            node_s = await node_phase(world, keys)
+            keys: list[str] = []
+            service_s: list[float] = []
+            node_s: list[float] = []
+
+            await bounded(
+                f"N={count} services",
+                partial(service_phase, world, count, keys, service_s),
+                args.limit,
+            )
+            await bounded(f"N={count} node", partial(node_phase, world, keys, node_s), args.limit)
             runs.append(
                 {
                     "load_balancers": count,
                     "nodes": args.nodes,
                     "service_to_first_request_s": spread(service_s),
+                    "services_not_served": count - len(service_s),
                     "node_to_first_request_s": spread(node_s),
+                    "load_balancers_not_served_by_node": count - len(node_s),
+                    "health_interval_s": args.health_interval,
                     "phase_s": round(time.perf_counter() - began, 2),
                 }
             )
@@ -186,6 +205,12 @@ def main(argv: list[str] | None = None) -> None:
         help="counts of load balancers, one world each (default 10 100; quick 2)",
     )
     parser.add_argument("--nodes", type=int, default=3, help="Nodes at start (default 3)")
+    parser.add_argument(
+        "--health-interval", type=float, default=1.0, help="seconds between health checks (1)"
+    )
+    parser.add_argument(
+        "--limit", type=float, default=300.0, help="seconds each phase may take (default 300)"
+    )
     parser.add_argument(
         "--seconds", type=float, help="length of each throughput run (default 5; quick 1)"
     )

@@ -4,7 +4,7 @@
 must come from a loopback pool (`SimCloud(lb_network="127.x.y.0/24")`; the constructor refuses
 any other pool, and every address it connects to is checked: traffic goes to 127.0.0.0/8
 only). It follows the cloud's state (every `sync_s`), as a cloud's own data plane follows its
-API:
+API (and at once when the cloud changes a load balancer):
 
 - **listeners**: a Trio TCP proxy per TCP port and a UDP relay per UDP port, forwarding to
   the NodePort of a backend. A backend is a Node named in the load balancer (`nodes`), at
@@ -15,7 +15,8 @@ API:
   Service's `externalTrafficPolicy: Local`) an HTTP `GET /healthz` there, healthy on a 200;
   otherwise a TCP connect to the first TCP port's NodePort (or, for UDP only, kube-proxy's
   own `/healthz` on port 10256). A backend turns healthy after `rise` passing checks in a row
-  and unhealthy after `fall` failing ones; a new backend starts unhealthy. While no backend
+  and unhealthy after `fall` failing ones; a new backend starts unhealthy, its first check
+  at a random point of the first interval. While no backend
   is healthy the load balancer sends to all of them (fails open, as cloud load balancers do);
 - **source ranges**: a client whose address is outside `sourceRanges` is refused (its TCP
   connection closed at once, its datagram dropped), and counted;
@@ -36,6 +37,7 @@ import contextlib
 import ipaddress
 import itertools
 import math
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
@@ -230,6 +232,9 @@ class _Balancer:
         assert backend.checker is not None
         plane = self.plane
         with backend.checker:
+            # The first check at a random point of the first interval, so that the checks of
+            # many load balancers started together do not all fall at the same instants.
+            await trio.sleep(plane.health_interval_s * plane.jitter.random())
             while True:
                 passed, what = await self._check(backend)
                 backend.checks += 1
@@ -547,6 +552,12 @@ class DataPlane:
         self.sync_s = sync_s
         self._balancers: dict[str, _Balancer] = {}
         self._instances: dict[str, Instance] = {}
+        self._wake = trio.Event()
+        self.jitter = random.Random(0)  # noqa: S311 - spreading health checks, not secrets
+
+    def changed(self) -> None:
+        """The cloud changed a load balancer: sync now rather than at the next `sync_s`."""
+        self._wake.set()
 
     def instances_by_name(self) -> Mapping[str, Instance]:
         return self._instances
@@ -561,7 +572,9 @@ class DataPlane:
                 self._sync(nursery)
                 task_status.started()
                 while True:
-                    await trio.sleep(self.sync_s)
+                    with trio.move_on_after(self.sync_s):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
                     self._sync(nursery)
         finally:
             self.cloud.dataplane = None

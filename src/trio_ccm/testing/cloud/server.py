@@ -42,6 +42,9 @@ class DataPlaneView(Protocol):
 
     def to_json(self) -> dict[str, JSON]: ...
 
+    def changed(self) -> None:
+        """A load balancer was created, changed or deleted: look again soon."""
+
 
 __all__ = ["SimCloud", "error_response", "json_response"]
 
@@ -323,6 +326,11 @@ class SimCloud:
     def remove_load_balancer(self, name: str) -> None:
         """Delete a load balancer behind the provider's back (drift, an operator's mistake)."""
         self._load_balancers.pop(name, None)
+        self._lb_changed()
+
+    def _lb_changed(self) -> None:
+        if self.dataplane is not None:
+            self.dataplane.changed()
 
     def routes(self, cluster: str | None = None) -> list[CloudRoute]:
         """The routes (of `cluster`, or all), with `blackhole` as of now."""
@@ -566,6 +574,7 @@ class SimCloud:
             description=body.description,
         )
         self._load_balancers[name] = lb
+        self._lb_changed()
         if now < ready_at:
             return json_response(202, lb.to_json(now), retry_after_s=ready_at - now)
         return json_response(201 if existing is None else 200, lb.to_json(now))
@@ -638,11 +647,13 @@ class SimCloud:
         body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
         lb = replace(lb, nodes=tuple(sorted(set(body.nodes))))
         self._load_balancers[name] = lb
+        self._lb_changed()
         return json_response(200, lb.to_json(now))
 
     def _delete_lb(self, cluster: str, name: str) -> Response:
         self._lb_of(cluster, name)
         del self._load_balancers[name]
+        self._lb_changed()
         return Response(204)
 
     def _list_routes(self, cluster: str) -> Response:
