@@ -7,13 +7,15 @@ emulator, the simulated cloud with its data plane at its defaults (health checks
 rise 2), the testbed's kubelets, kube-proxy and pods, one CCM replica), on the real clock.
 For each count N of load balancers (10 and 100; quick: 2):
 
-- `service_to_first_request_s`: N LoadBalancer Services are created at once (through the
-  API, as `kubectl create` does); per Service, the time from its create to the first request
-  answered by a pod through its EXTERNAL-IP (each Service polled every 50 ms);
+- `service_to_first_request_s`: N LoadBalancer Services are created one after the other
+  (through the API, as `kubectl create` does); per Service, the time from its create to the
+  first request answered by a pod through its EXTERNAL-IP (all polled by one loop every
+  100 ms: a list of the Services, one request to each with an EXTERNAL-IP);
 - `node_to_first_request_s`: a Node joins (an instance is launched; its kubelet registers
   the Node); per load balancer, the time from the Node's registration to the first request
   through that load balancer that the new Node served (the data plane's per-backend count
-  says which Node took it; requests are sent once the Node is healthy there).
+  says which Node took it; polled every 100 ms, a request sent once the Node is healthy
+  there).
 
 Then `requests_per_s`: small HTTP requests (kept-alive connections, 8 clients) through one
 load balancer for a few seconds (quick: 1 s), each through the proxy, a Node's kube-proxy and
@@ -34,11 +36,11 @@ from typing import Any
 import trio
 
 from _common import cpu_seconds, machine_line, print_figures, quiet_logging
-from trio_ccm.kube.objects import NODES, Node
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
 from trio_ccm.testing.datapath import DatapathWorld, open_datapath_world
 from trio_ccm.testing.traffic import TrafficError, http_get, open_http_connection
 
-_POLL_S = 0.05
+_POLL_S = 0.1
 
 
 def spread(values: list[float]) -> dict[str, float | None]:
@@ -52,38 +54,51 @@ def spread(values: list[float]) -> dict[str, float | None]:
     }
 
 
-async def first_answer(address: str, port: int) -> None:
-    while True:
-        try:
-            with trio.fail_after(2):
-                (await http_get(address, port)).answer()
-            return
-        except (TrafficError, trio.TooSlowError):
-            await trio.sleep(_POLL_S)
+async def answered(address: str, port: int) -> bool:
+    """Whether one request to `address:port` gets a pod's answer (within 2 s)."""
+    try:
+        with trio.fail_after(2):
+            (await http_get(address, port)).answer()
+    except (TrafficError, trio.TooSlowError):
+        return False
+    return True
 
 
 async def service_phase(
     world: DatapathWorld, count: int, keys: list[str], took: list[float]
 ) -> None:
-    """Create `count` Services at once (their keys into `keys`); each one's seconds from
-    create to first answer into `took`."""
-
-    async def one(index: int) -> None:
+    """Create `count` Services one after the other (their keys into `keys`); per Service,
+    the seconds from its create to its first answer into `took`. One loop polls them all
+    (a list of the Services, then one request to each that has an EXTERNAL-IP) every
+    `_POLL_S`, so that the bench's own polling stays small beside what it measures."""
+    created: dict[str, float] = {}
+    for index in range(count):
         started = time.perf_counter()
         key = await world.create_service(f"bench-{index}")
+        created[key] = started
         keys.append(key)
-        ip = await world.wait_external_ip(key)
-        await first_answer(ip, 8080)
-        took.append(time.perf_counter() - started)
 
-    async with trio.open_nursery() as nursery:
-        for index in range(count):
-            nursery.start_soon(one, index)
+    async def try_one(key: str, address: str) -> None:
+        if await answered(address, 8080) and key in created:
+            took.append(time.perf_counter() - created.pop(key))
+
+    while created:
+        listed = await world.testbed.kube.list(SERVICES, type=Service)
+        async with trio.open_nursery() as nursery:
+            for svc in listed.items:
+                ingress = svc.status.load_balancer.ingress
+                if svc.key in created and ingress and ingress[0].ip:
+                    nursery.start_soon(try_one, svc.key, ingress[0].ip)
+        await trio.sleep(_POLL_S)
 
 
 async def node_phase(world: DatapathWorld, keys: list[str], took: list[float]) -> None:
-    """Add a Node; per load balancer, seconds from its registration to a request it served
-    (into `took`)."""
+    """Add a Node; per load balancer, seconds from the Node's registration to the first
+    request through it that the new Node served (into `took`). One loop polls every
+    `_POLL_S`: the data plane's state of each load balancer, and, where the new Node is
+    healthy, one request (which it may or may not get: backends take turns)."""
+    ips = {key: await world.wait_external_ip(key) for key in keys}
+    names = {key: await world.load_balancer_name(key) for key in keys}
     [instance] = world.testbed.add_nodes(1)
     name = instance.name
     while True:
@@ -92,24 +107,35 @@ async def node_phase(world: DatapathWorld, keys: list[str], took: list[float]) -
             break
         await trio.sleep(0.01)
     registered = time.perf_counter()
+    pending = set(keys)
 
-    async def one(key: str) -> None:
-        ip = await world.wait_external_ip(key)
-        await world.wait_backends(key, lambda b: b.get(name, {}).get("state") == "healthy")
-        while True:
-            try:
-                with trio.fail_after(2):
-                    (await http_get(ip, 8080)).answer()
-            except (TrafficError, trio.TooSlowError):
-                await trio.sleep(_POLL_S)
-                continue
-            if (await world.backends(key)).get(name, {}).get("totalConnections", 0):
-                took.append(time.perf_counter() - registered)
-                return
+    def served(key: str) -> bool:
+        state = world.plane.balancer(names[key]) or {}
+        rows = state.get("backends", [])
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("node") == name:
+                return bool(row.get("totalConnections"))
+        return False
 
-    async with trio.open_nursery() as nursery:
-        for key in keys:
-            nursery.start_soon(one, key)
+    def healthy(key: str) -> bool:
+        state = world.plane.balancer(names[key]) or {}
+        rows = state.get("backends", [])
+        return any(
+            isinstance(row, dict) and row.get("node") == name and row.get("state") == "healthy"
+            for row in (rows if isinstance(rows, list) else [])
+        )
+
+    async def try_one(key: str) -> None:
+        if await answered(ips[key], 8080) and served(key) and key in pending:
+            pending.discard(key)
+            took.append(time.perf_counter() - registered)
+
+    while pending:
+        async with trio.open_nursery() as nursery:
+            for key in list(pending):
+                if healthy(key):
+                    nursery.start_soon(try_one, key)
+        await trio.sleep(_POLL_S)
 
 
 async def rate(address: str, port: int, seconds: float, *, keep_alive: bool) -> tuple[float, float]:

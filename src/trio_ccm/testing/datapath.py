@@ -196,7 +196,7 @@ async def open_datapath_world(
     cloud = SimCloud(seed=seed or 0, lb_network=str(vips), internal_network=str(node_ips))
     testbed = Testbed(api, cloud, pods=pods, heartbeat_s=10.0, poll_s=0.1)
     testbed.add_nodes(nodes)
-    plane = DataPlane(cloud, health_interval_s=health_interval_s, drain_s=drain_s, sync_s=0.05)
+    plane = DataPlane(cloud, health_interval_s=health_interval_s, drain_s=drain_s)
     provider = SimProvider(url="http://sim", replica="ccm-0", transport=cloud.transport())
     async with trio.open_nursery() as nursery:
         await nursery.start(testbed.serve)
