@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -17,7 +18,7 @@ from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.cloud.dataplane import DataPlane
 from trio_ccm.testing.datapath import Outcome, open_datapath_world
 from trio_ccm.testing.loopback import NotLoopbackError
-from trio_ccm.testing.traffic import http_get, udp_ask
+from trio_ccm.testing.traffic import TrafficError, http_get, open_http_connection, udp_ask
 
 DEADLINE_S = 60.0
 EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -192,6 +193,46 @@ async def test_client_ip_affinity_holds_per_client_address() -> None:
                 assert len(outcome.pods()) == 1, (client, outcome.answers)
                 pods_seen |= outcome.pods()
             assert len(pods_seen) > 1
+
+
+async def test_a_removed_backend_drains_its_connections_then_cuts_them() -> None:
+    """A backend the CCM removes keeps its connection in flight answering while it drains,
+    takes no new connection, and has the connection cut once the drain time is over; the
+    admin API shows it draining."""
+    with trio.fail_after(DEADLINE_S):
+        async with open_datapath_world(nodes=2, drain_s=3.0) as world:
+            key = await world.create_service("web")
+            ip = await world.wait_external_ip(key)
+            await world.wait_traffic(ip, 8080, all_ok)
+            await world.wait_backends(key, lambda bs: all(b["healthy"] for b in bs.values()))
+            connection = await open_http_connection(ip, 8080)
+            (await connection.get()).answer()
+            [held] = [n for n, b in (await world.backends(key)).items() if b["activeConnections"]]
+            await world.label_node(held, {EXCLUDE: "true"})
+            await world.wait_backends(key, lambda bs: bs.get(held, {}).get("state") == "draining")
+            assert (await connection.get()).answer().service == key
+            before = world.kube_proxy.received[held]
+            outcome = await world.send(ip, 8080, count=4)
+            assert outcome.errors == []
+            assert world.kube_proxy.received[held] == before
+            async with httpx.AsyncClient(
+                transport=world.cloud.transport(), base_url="http://sim"
+            ) as admin:
+                shown = (await admin.get("/_sim/dataplane")).json()
+            [lb] = [lb for lb in shown["loadBalancers"] if lb["service"] == key]
+            assert {b["node"]: b["state"] for b in lb["backends"]}[held] == "draining"
+            await world.wait_backends(key, lambda bs: held not in bs)
+            with pytest.raises(TrafficError):
+                await connection.get()
+            await connection.aclose()
+
+
+async def test_admin_api_has_no_data_plane_without_one() -> None:
+    """GET /_sim/dataplane answers 404 naming the fix when no data plane serves the cloud."""
+    async with httpx.AsyncClient(transport=SimCloud().transport(), base_url="http://sim") as admin:
+        response = await admin.get("/_sim/dataplane")
+    assert response.status_code == 404
+    assert "loopback --lb-network" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
