@@ -575,6 +575,9 @@ async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) ->
         # Load balancers on a loopback pool of their own carry traffic (bench/_traffic.py).
         f"--lb-network={random_loopback_network()}",
         "--pods=2",
+        # Up to 40 load balancers x the Nodes: checks every 5 s keep the testbed (which also
+        # answers the CCMs' cloud calls, dated by their arrival) from starving.
+        "--health-check-interval=5s",
     ]
     began = time.time()
     with (dir / "testbed.log").open("wb") as err:

@@ -368,6 +368,14 @@ def _add_traffic_arguments(group: argparse._ArgumentGroup) -> None:
         "Services' NodePorts (default: the /16 after the pool's, e.g. 127.241.0.0/16)",
     )
     group.add_argument(
+        "--health-check-interval",
+        type=_duration,
+        default=2.0,
+        metavar="DURATION",
+        help="with a loopback --lb-network: how often each load balancer checks each of its "
+        "Nodes (rise 2, fall 2; default 2s)",
+    )
+    group.add_argument(
         "--pods",
         type=_count,
         default=2,
@@ -487,7 +495,8 @@ async def _open_world(
     )
     if traffic:
         assert isinstance(fleet, SimCloud)
-        await nursery.start(DataPlane(fleet).serve)
+        plane = DataPlane(fleet, health_interval_s=getattr(args, "health_check_interval", 2.0))
+        await nursery.start(plane.serve)
     if args.cloud == "sim":
         testbed.add_nodes(nodes, initialised=initialised)
     api_listening = await nursery.start(
