@@ -572,13 +572,16 @@ async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) ->
         f"--seed={seed}",
         f"--kubeconfig-out={kubeconfig}",
         f"--cloud-config-out={cloud_config}",
-        # Load balancers on a loopback pool of their own carry traffic (bench/_traffic.py).
-        f"--lb-network={random_loopback_network()}",
-        "--pods=2",
-        # Up to 40 load balancers x the Nodes: checks every 5 s keep the testbed (which also
-        # answers the CCMs' cloud calls, dated by their arrival) from starving.
-        "--health-check-interval=5s",
     ]
+    if args.traffic_rate > 0:
+        testbed_argv += [
+            # Load balancers on a loopback pool of their own carry traffic (bench/_traffic.py).
+            f"--lb-network={random_loopback_network()}",
+            "--pods=2",
+            # Up to 40 load balancers x the Nodes: checks every 5 s keep the testbed (which
+            # also answers the CCMs' cloud calls, dated by their arrival) from starving.
+            "--health-check-interval=5s",
+        ]
     began = time.time()
     with (dir / "testbed.log").open("wb") as err:
         testbed = await trio.lowlevel.open_process(testbed_argv, stdout=subprocess.PIPE, stderr=err)
@@ -590,7 +593,8 @@ async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) ->
             httpx.AsyncClient(base_url=cloud_url, timeout=30) as cloud,
         ):
             world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
-            world.traffic = Traffic(api, cloud, rate_per_s=args.traffic_rate)
+            if args.traffic_rate > 0:
+                world.traffic = Traffic(api, cloud, rate_per_s=args.traffic_rate)
             world.slots = [None] * args.replicas
             try:
                 return await drive(world, began)
@@ -873,7 +877,8 @@ def main(argv: list[str] | None = None) -> int:
         "--traffic-rate",
         type=float,
         default=40.0,
-        help="requests per second through the load balancers, all together (default 40)",
+        help="requests per second through the load balancers, all together (default 40; "
+        "0: no traffic, and load balancers on the documentation pool as before)",
     )
     parser.add_argument("--converge-limit", type=float, help="seconds (default 300; quick 60)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and configs in DIR")
