@@ -36,7 +36,7 @@ from trio_ccm.testing.apiserver import ApiServer
 from trio_ccm.testing.cloud import SimCloud
 from trio_ccm.testing.cloud.dataplane import DataPlane
 from trio_ccm.testing.harness import run_ccm
-from trio_ccm.testing.kubeproxy import KubeProxy
+from trio_ccm.testing.kubeproxy import REPLICAS_ANNOTATION, KubeProxy
 from trio_ccm.testing.loopback import LOOPBACK_NETWORK, random_loopback_network
 from trio_ccm.testing.testbed import Testbed
 from trio_ccm.testing.traffic import Answer, TrafficError, http_get, udp_ask
@@ -92,7 +92,7 @@ class DatapathWorld:
         **spec: Any,
     ) -> str:
         """Create a LoadBalancer Service (as `kubectl create` would); its "namespace/name"."""
-        annotations = {} if replicas is None else {"sim.trio-ccm.dev/replicas": str(replicas)}
+        annotations = {} if replicas is None else {REPLICAS_ANNOTATION: str(replicas)}
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Service",

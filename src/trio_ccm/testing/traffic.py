@@ -72,7 +72,7 @@ class _Reader:
         self.buffer += chunk
         return True
 
-    async def response(self, *, head_only_eof: bool = False) -> HttpReply:
+    async def response(self) -> HttpReply:
         while b"\r\n\r\n" not in self.buffer:
             if len(self.buffer) > _MAX_HEAD:
                 raise TrafficError("the response head is too large")
