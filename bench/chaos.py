@@ -35,6 +35,13 @@ its `renewTime`, which the writer stamped before sending; holders mapped to repl
 each replica's `lease.campaign-started` log line): a write outside its replica's leadership
 is a violation.
 
+**Traffic** (`bench/_traffic.py`): the testbed runs with a loopback load-balancer pool of
+its own, so its load balancers serve its Nodes' NodePorts and simulated pods. From the
+moment the cluster settles to the end of the run, requests go through every port of every
+LoadBalancer Service at `--traffic-rate` per second in all (from 127.0.0.1, loopback only);
+the figures count them sent and failed, and the failures per cause (the Service changed, a
+Node removed or added, a leader killed, in the 10 s before; else `other`).
+
 Handover under load, for every kill point that hit the leader, from the signal (the wall
 time just before `kill(2)`; for a double SIGTERM, the first):
 
@@ -94,6 +101,7 @@ import structlog
 import trio
 import trio.testing
 
+from _traffic import CAUSES, Traffic
 from trio_ccm.testing.referee import (
     CloudWrite,
     LeaseWrite,
@@ -111,6 +119,7 @@ from trio_ccm_testbed.chaos import (
     run_slow_cloud,
 )
 from trio_ccm_testbed.cloud import write_cloud_config
+from trio_ccm_testbed.loopback import random_loopback_network
 
 CLI: Final = (sys.executable, "-m", "trio_ccm")
 LEASE_PATH: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
@@ -185,6 +194,7 @@ class World:
     restarting: bool = True
     services: int = 0
     instances: int = 0
+    traffic: Traffic | None = None  # requests through every load balancer (bench/_traffic.py)
 
     @property
     def timing(self) -> tuple[float, float, float]:
@@ -333,6 +343,8 @@ async def workload_step(world: World) -> str:
         await create_service(world)
         return "service-create"
     path = f"{SERVICES_PATH}/{rng.choice(names)}"
+    if world.traffic is not None and roll < 0.62:  # the branches below that change it
+        world.traffic.note("service", path.rsplit("/", 1)[1])
     if roll < 0.3:
         await patch(world, path, {"spec": {"ports": ports(rng)}})
         return "service-ports"
@@ -375,7 +387,10 @@ async def workload_step(world: World) -> str:
 async def run_workload(world: World) -> None:
     while True:
         await trio.sleep(world.rng.uniform(0.3, 1.5))
-        world.workload[await workload_step(world)] += 1
+        kind = await workload_step(world)
+        world.workload[kind] += 1
+        if world.traffic is not None:
+            world.traffic.note(kind)
 
 
 FAULT_MENU: Final = (
@@ -575,6 +590,15 @@ async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) ->
         f"--kubeconfig-out={kubeconfig}",
         f"--cloud-config-out={cloud_config}",
     ]
+    if args.traffic_rate > 0:
+        testbed_argv += [
+            # Load balancers on a loopback pool of their own carry traffic (bench/_traffic.py).
+            f"--lb-network={random_loopback_network()}",
+            "--pods=2",
+            # Up to 40 load balancers x the Nodes: checks every 5 s keep the testbed (which
+            # also answers the CCMs' cloud calls, dated by their arrival) from starving.
+            "--health-check-interval=5s",
+        ]
     began = time.time()
     with (dir / "testbed.log").open("wb") as err:
         testbed = await trio.lowlevel.open_process(testbed_argv, stdout=subprocess.PIPE, stderr=err)
@@ -586,6 +610,8 @@ async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) ->
             httpx.AsyncClient(base_url=cloud_url, timeout=30) as cloud,
         ):
             world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
+            if args.traffic_rate > 0:
+                world.traffic = Traffic(api, cloud, rate_per_s=args.traffic_rate)
             world.slots = [None] * args.replicas
             try:
                 return await drive(world, began)
@@ -622,6 +648,8 @@ async def drive(world: World, began: float) -> dict[str, Any]:
             while not world.holder or (await problems(world)):  # noqa: ASYNC110
                 await trio.sleep(POLL_S)
         settled = time.time()
+        if world.traffic is not None:
+            nursery.start_soon(world.traffic.serve)  # until the run ends
         print(
             f"  [{world.lease}] settled after {settled - began:.1f} s; chaos for "
             f"{args.duration:g} s",
@@ -737,6 +765,7 @@ def judge(
         "workload": dict(world.workload),
         "fault_rules": dict(world.faults),
         "chaos_s": round(chaos_s, 1),
+        **(world.traffic.figures([d.at for d in world.disruptions]) if world.traffic else {}),
     }
 
 
@@ -860,6 +889,19 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "handover": {run["lease"]: run["handover"] for run in runs},
         "convergence_s": {run["lease"]: run["convergence_s"] for run in runs},
         "cloud_calls": sum(run["cloud_calls"] for run in runs),
+        **traffic_totals(runs),
+    }
+
+
+def traffic_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The traffic figures of every run, summed (bench/_traffic.py)."""
+    causes: Counter[str] = Counter()
+    for run in runs:
+        causes.update(run.get("requests_failed_by_cause", {}))
+    return {
+        "requests_sent": sum(run.get("requests_sent", 0) for run in runs),
+        "requests_failed": sum(run.get("requests_failed", 0) for run in runs),
+        "requests_failed_by_cause": {c: causes[c] for c in CAUSES if causes[c]},
     }
 
 
@@ -883,6 +925,13 @@ def main(argv: list[str] | None = None) -> int:
         "--spacing",
         help="kill points every LOW-HIGH lease durations "
         "(default 1.2-2.5 for short, 0.6-1.8 for default; quick 0.5-1)",
+    )
+    parser.add_argument(
+        "--traffic-rate",
+        type=float,
+        default=40.0,
+        help="requests per second through the load balancers, all together (default 40; "
+        "0: no traffic, and load balancers on the documentation pool as before)",
     )
     parser.add_argument("--converge-limit", type=float, help="seconds (default 300; quick 60)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and configs in DIR")
@@ -940,6 +989,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  [{lease}] kill points {run['kill_points']}, violations "
                 f"{run['violations'] or 0}, converged in {run['convergence_s']} s",
+                flush=True,
+            )
+            print(
+                f"  [{lease}] traffic: {run.get('requests_sent', 0)} requests, "
+                f"{run.get('requests_failed', 0)} failed "
+                f"{run.get('requests_failed_by_cause') or ''}",
                 flush=True,
             )
             for example in run["violation_examples"]:

@@ -130,8 +130,8 @@ async def test_bad_flags_exit_2_naming_the_flag(argv: list[str], fragment: str) 
 
 async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
     """`trio-ccm demo --exit-when-done` initialises every Node, gives each LoadBalancer
-    Service an EXTERNAL-IP, prints the summary (and, with kubectl installed, the Node and
-    Service tables), removes its kubeconfig and exits 0."""
+    Service a loopback EXTERNAL-IP that pods answer through, prints the summary (and, with
+    kubectl installed, the Node and Service tables), removes its kubeconfig and exits 0."""
     kubeconfig = tmp_path / "demo.kubeconfig"
     argv = [*CLI, "demo", "--nodes=10", f"--kubeconfig-out={kubeconfig}", "--exit-when-done"]
     with trio.fail_after(30):
@@ -148,7 +148,14 @@ async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
     assert re.search(r"^pod CIDRs\s+10 Nodes$", out, re.MULTILINE)
     assert re.search(r"^routes\s+10$", out, re.MULTILINE)
     assert re.search(r"^load balancers\s+3/3$", out, re.MULTILINE)
-    assert re.search(r"^  default/demo-web-0\s+203\.0\.113\.\d+$", out, re.MULTILINE)
+    assert re.search(r"^  default/demo-web-0\s+127\.\d+\.\d+\.\d+$", out, re.MULTILINE)
+    for index in range(3):
+        assert re.search(
+            rf"^  default/demo-web-{index}\s+http://127\.[\d.]+:80/\s+4/4 answered: "
+            rf"demo-web-{index}-\d on node-\d+ \(\d\)",
+            out,
+            re.MULTILINE,
+        ), out
     assert re.search(r"^  PutLoadBalancer\s+3$", out, re.MULTILINE)
     assert re.search(r"^initialised\s+10\b", out, re.MULTILINE)
     assert re.search(r"^  ListInstances\s+\d+$", out, re.MULTILINE)
@@ -156,7 +163,7 @@ async def test_demo_runs_to_completion_and_cleans_up(tmp_path: Path) -> None:
     if shutil.which("kubectl"):
         assert re.search(r"^node-0010\s+Ready\s", out, re.MULTILINE)
         assert re.search(
-            r"^default\s+demo-web-2\s+LoadBalancer\s+\S+\s+203\.0\.113\.\d+\s+80:",
+            r"^default\s+demo-web-2\s+LoadBalancer\s+\S+\s+127\.[\d.]+\s+80:",
             out,
             re.MULTILINE,
         )

@@ -63,6 +63,9 @@ from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 from trio_ccm_testbed.cloud import SimCloud, cloud_config, serve_sim_cloud
+from trio_ccm_testbed.cloud.dataplane import DataPlane
+from trio_ccm_testbed.datapath import Pools, show_traffic, traffic_pools
+from trio_ccm_testbed.loopback import random_loopback_network
 from trio_ccm_testbed.testbed import NODE_LEASE_S, Census, Fleet, Testbed
 
 if TYPE_CHECKING:
@@ -327,8 +330,11 @@ def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         type=_lb_network,
         default=None,
         metavar="CIDR",
-        help="the pool load-balancer IPs come from (default 203.0.113.0/24: 253 load balancers)",
+        help="the pool load-balancer IPs come from (default 203.0.113.0/24: 253 load balancers, "
+        "which carry no traffic); a loopback pool (e.g. 127.240.0.0/24) makes them serve "
+        "traffic to the Nodes' NodePorts and simulated pods",
     )
+    _add_traffic_arguments(scale)
     scale.add_argument(
         "--service-node-port-range",
         type=_node_port_range,
@@ -341,6 +347,32 @@ def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="kubelets keep no node Lease (a Lease write every 10 s per Node is more than "
         "the emulator can take for 100,000 Nodes; a CCM does not read them)",
+    )
+
+
+def _add_traffic_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--node-network",
+        type=_lb_network,
+        default=None,
+        metavar="CIDR",
+        help="with a loopback --lb-network: the Nodes' internal IPs, each serving the "
+        "Services' NodePorts (default: the /16 after the pool's, e.g. 127.241.0.0/16)",
+    )
+    group.add_argument(
+        "--health-check-interval",
+        type=_duration,
+        default=2.0,
+        metavar="DURATION",
+        help="with a loopback --lb-network: how often each load balancer checks each of its "
+        "Nodes (rise 2, fall 2; default 2s)",
+    )
+    group.add_argument(
+        "--pods",
+        type=_count,
+        default=2,
+        help="with a loopback --lb-network: simulated pods per Service (its annotation "
+        "sim.trio-ccm.dev/replicas overrides; default 2)",
     )
 
 
@@ -395,6 +427,8 @@ class _World:
     """What the CCM's --cloud-config holds."""
     environ: Mapping[str, str] = field(default_factory=dict)
     """What the CCM's environment needs besides (aws: moto's test keys, IMDS off)."""
+    traffic: bool = False
+    """Whether load balancers serve traffic (loopback pools, kube-proxy and pods)."""
 
     def provider(self, replica: str) -> CloudProvider:
         """The provider for a CCM in this process (`replica`: the sim cloud's call-log name)."""
@@ -424,6 +458,7 @@ async def _open_world(
         raise ConfigError(problem)
     fleet: Fleet
     environ: Mapping[str, str] = {}
+    pools: Pools = {}
     initialised = getattr(args, "initialised", False)
     lb_network = getattr(args, "lb_network", None)
     if args.cloud == "aws":
@@ -433,14 +468,14 @@ async def _open_world(
             )
         fleet, cloud_url, config, environ = await _open_aws(nursery, args, nodes=nodes)
     else:
-        cloud = fleet = SimCloud(
-            seed=args.seed, **({"lb_network": lb_network} if lb_network else {})
-        )
+        pools = _pools(args)
+        cloud = fleet = SimCloud(seed=args.seed, **pools)
         cloud_listening = await nursery.start(
             partial(serve_sim_cloud, cloud, host=args.host, port=args.cloud_port)
         )
         cloud_url = cloud_listening.url
         config = cloud_config(cloud_url)
+    traffic = args.cloud == "sim" and "internal_network" in pools
     testbed = Testbed(
         api,
         fleet,
@@ -448,7 +483,12 @@ async def _open_world(
         seed=args.seed,
         token=token,
         node_lease_s=None if getattr(args, "no_node_leases", False) else NODE_LEASE_S,
+        pods=getattr(args, "pods", None) if traffic else None,
     )
+    if traffic:
+        assert isinstance(fleet, SimCloud)
+        plane = DataPlane(fleet, health_interval_s=getattr(args, "health_check_interval", 2.0))
+        await nursery.start(plane.serve)
     if args.cloud == "sim":
         testbed.add_nodes(nodes, initialised=initialised)
     api_listening = await nursery.start(
@@ -456,7 +496,28 @@ async def _open_world(
     )
     written = api_listening.write_kubeconfig(kubeconfig, token)
     await nursery.start(testbed.serve)
-    return _World(testbed, api_listening.url, cloud_url, written, args.cloud, config, dict(environ))
+    return _World(
+        testbed,
+        api_listening.url,
+        cloud_url,
+        written,
+        args.cloud,
+        config,
+        dict(environ),
+        traffic=traffic,
+    )
+
+
+def _pools(args: argparse.Namespace) -> Pools:
+    """The simulated cloud's pools from --lb-network/--node-network (the demo: a random
+    loopback /24 by default, so its load balancers carry traffic)."""
+    lb_network = getattr(args, "lb_network", None)
+    if lb_network is None and getattr(args, "loopback_by_default", False):
+        lb_network = str(random_loopback_network())
+    try:
+        return traffic_pools(lb_network, getattr(args, "node_network", None))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 async def _open_aws(
@@ -593,6 +654,17 @@ def _demo_parser() -> argparse.ArgumentParser:
         help="show the CCM's info log lines on stderr (default: warnings only)",
     )
     _add_listener_arguments(parser)
+    traffic = parser.add_argument_group("traffic")
+    traffic.add_argument(
+        "--lb-network",
+        type=_lb_network,
+        default=None,
+        metavar="CIDR",
+        help="the pool load-balancer IPs come from (default: a random 127.x.y.0/24, so the "
+        "EXTERNAL-IPs answer on this machine); a pool outside 127.0.0.0/8 carries no traffic",
+    )
+    _add_traffic_arguments(traffic)
+    parser.set_defaults(loopback_by_default=True)
     return parser
 
 
@@ -853,6 +925,8 @@ async def _demo_ccm(
 
         async def finish_when_done() -> None:
             await progress.done.wait()
+            if world.traffic:
+                await _show_traffic(world)
             if args.exit_when_done:
                 holder[0].shut_down()
 
@@ -885,6 +959,19 @@ async def _demo_ccm(
         progress.census = await world.testbed.census()
         progress.kube_requests = _kube_requests(registry)
     return progress
+
+
+async def _show_traffic(world: _World) -> None:
+    """Requests through every EXTERNAL-IP, and the curl to type while the demo runs."""
+    cloud = world.testbed.cloud
+    assert isinstance(cloud, SimCloud)
+    lines = await show_traffic(world.testbed, cloud)
+    print("\n".join(["", *lines]), flush=True)
+    if len(lines) > 1:
+        census = await world.testbed.census()
+        first = next(iter(sorted(census.external_ips.values())), "")
+        if first:
+            print(f"try it:  curl http://{first}/   (while the demo runs)", flush=True)
 
 
 def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -80,6 +80,7 @@ from trio_ccm.kube.wellknown import (
 )
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.cloud import Instance, SimCloud
+from trio_ccm_testbed.kubeproxy import KubeProxy
 
 __all__ = [
     "INSTANCE_TYPES",
@@ -336,6 +337,7 @@ class Testbed:
         token: str | None = None,
         now: Callable[[], dt.datetime] = _utc_now,
         node_lease_s: float | None = NODE_LEASE_S,
+        pods: int | None = None,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -360,6 +362,13 @@ class Testbed:
             component="testbed-kubelets",
             transport=api.transport(),
         )
+        self.kube_proxy: KubeProxy | None = None
+        """kube-proxy and the pods on every Node (`pods`: the default replica count per
+        Service; needs the simulated cloud with a loopback internal network)."""
+        if pods is not None:
+            if not isinstance(cloud, SimCloud):
+                raise TypeError(f"pods are served on the simulated cloud's Nodes, not {cloud!r}")
+            self.kube_proxy = KubeProxy(self._kube, cloud, replicas=pods)
         self._kubelets: dict[str, _Kubelet] = {}
         self._initialised: set[str] = set()  # instances whose Node registers initialised
         self._wake = trio.Event()
@@ -367,6 +376,11 @@ class Testbed:
         self._heartbeats = 0
         self._heartbeat_failures = 0
         self._unknown = 0
+
+    @property
+    def kube(self) -> KubeClient:
+        """The kubelets' client of the emulator (in-process), for the testbed's own tools."""
+        return self._kube
 
     # -- the fleet ------------------------------------------------------------------------
     def add_nodes(self, count: int, *, initialised: bool = False) -> list[Instance]:
@@ -486,6 +500,8 @@ class Testbed:
                 for kubelet in list(self._kubelets.values()):
                     if kubelet.running:
                         await kubelet.up.wait()
+                if self.kube_proxy is not None:
+                    await nursery.start(self.kube_proxy.serve)
                 log.info(
                     "testbed.started", nodes=sum(k.registered for k in self._kubelets.values())
                 )

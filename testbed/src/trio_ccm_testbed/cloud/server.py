@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import msgspec
 import trio
@@ -36,6 +36,16 @@ from trio_ccm_testbed.cloud.transport import SimCloudTransport
 
 if TYPE_CHECKING:
     import httpx
+
+
+class DataPlaneView(Protocol):
+    """What the admin API shows of a data plane serving this cloud's load balancers."""
+
+    def to_json(self) -> dict[str, JSON]: ...
+
+    def changed(self) -> None:
+        """A load balancer was created, changed or deleted: look again soon."""
+
 
 __all__ = ["SimCloud", "error_response", "json_response"]
 
@@ -99,6 +109,7 @@ class SimCloud:
         lb_provisioning_s: float = 0.0,
         lb_hostnames: bool = False,
         lb_network: str = str(INGRESS_NETWORK),
+        internal_network: str = str(INTERNAL_NETWORK),
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.seed = seed
@@ -112,6 +123,11 @@ class SimCloud:
         """Whether load balancers get a DNS name besides their IP."""
         self.lb_network = ipaddress.ip_network(lb_network)
         """The IPv4 pool ingress addresses come from (203.0.113.0/24: 254 load balancers)."""
+        self.internal_network = ipaddress.ip_network(internal_network)
+        """The network instances' internal IPs come from, from its 10th address on (a
+        loopback one, e.g. 127.240.1.0/24, lets the testbed's Nodes carry traffic)."""
+        self.dataplane: DataPlaneView | None = None
+        """The load balancers' data plane when one serves them (`GET /_sim/dataplane`)."""
         self.faults = Faults(random.Random(f"{seed}/faults"))  # noqa: S311 - dice, not secrets
         self.calls: list[Call] = []
         self._wall_clock = wall_clock
@@ -255,7 +271,11 @@ class SimCloud:
 
     def _allocate_internal_ip(self) -> str:
         while True:
-            address = str(INTERNAL_NETWORK[self._next_internal])
+            if self._next_internal >= self.internal_network.num_addresses - 1:
+                raise SimApiError(
+                    503, f"the internal network {self.internal_network} has no free address"
+                )
+            address = str(self.internal_network[self._next_internal])
             self._next_internal += 1
             if self._internal_in_use[address] <= 0:
                 return address
@@ -308,6 +328,11 @@ class SimCloud:
     def remove_load_balancer(self, name: str) -> None:
         """Delete a load balancer behind the provider's back (drift, an operator's mistake)."""
         self._load_balancers.pop(name, None)
+        self._lb_changed()
+
+    def _lb_changed(self) -> None:
+        if self.dataplane is not None:
+            self.dataplane.changed()
 
     def routes(self, cluster: str | None = None) -> list[CloudRoute]:
         """The routes (of `cluster`, or all), with `blackhole` as of now."""
@@ -561,6 +586,7 @@ class SimCloud:
             description=body.description,
         )
         self._load_balancers[name] = lb
+        self._lb_changed()
         if now < ready_at:
             return json_response(202, lb.to_json(now), retry_after_s=ready_at - now)
         return json_response(201 if existing is None else 200, lb.to_json(now))
@@ -633,11 +659,13 @@ class SimCloud:
         body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
         lb = replace(lb, nodes=tuple(sorted(set(body.nodes))))
         self._load_balancers[name] = lb
+        self._lb_changed()
         return json_response(200, lb.to_json(now))
 
     def _delete_lb(self, cluster: str, name: str) -> Response:
         self._lb_of(cluster, name)
         del self._load_balancers[name]
+        self._lb_changed()
         return Response(204)
 
     def _list_routes(self, cluster: str) -> Response:
@@ -702,6 +730,13 @@ class SimCloud:
         match verb, parts:
             case "GET", ["state"]:
                 return json_response(200, self.state())
+            case "GET", ["dataplane"]:
+                if self.dataplane is None:
+                    raise not_found(
+                        "the data plane: no load balancer carries traffic in this cloud "
+                        "(the testbed serves one with a loopback --lb-network)"
+                    )
+                return json_response(200, self.dataplane.to_json())
             case "GET", ["instances"]:
                 found: list[JSON] = [i.to_json() for i in self.instances()]
                 return json_response(200, {"instances": found})
