@@ -292,7 +292,6 @@ class OpenStackWorld:
                 "domain-name": self.ccm_auth["user_domain_name"],
                 "region": self.region,
             },
-            "Networking": {"internal-network-name": self.network_name},
         }
         for section, keys in (extra or {}).items():
             sections.setdefault(section, {}).update(keys)
