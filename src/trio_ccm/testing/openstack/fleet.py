@@ -14,7 +14,7 @@ testbed = Testbed(api, fleet)
 ```
 
 A server ACTIVE (or being built) has a running kubelet; SHUTOFF, SUSPENDED, PAUSED or
-ERROR: a silent one; deleted: gone.
+ERROR: a silent one; DELETED (listed for a moment while Nova finishes) or gone: terminated.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ __all__ = ["FleetRoute", "OpenStackFleet", "Server"]
 log = structlog.get_logger("trio_ccm.testing.openstack.fleet")
 
 _RUNNING: Final = frozenset({"ACTIVE", "BUILD", "REBOOT", "HARD_REBOOT", "MIGRATING"})
+# Listed for a moment while Nova finishes a deletion: the instance is gone.
+_GONE: Final = {"DELETED": "terminated", "SOFT_DELETED": "terminated"}
 _ID: Final = re.compile(r"/[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
 
 
@@ -177,7 +179,7 @@ class OpenStackFleet:
 
 def _server(item: Json) -> Server:
     status = item.get("status", "")
-    state = "running" if status in _RUNNING else "stopped"
+    state = "running" if status in _RUNNING else _GONE.get(status, "stopped")
     return Server(
         id=item["id"],
         name=item["name"],

@@ -356,13 +356,18 @@ class OpenStackWorld:
         compute.wait_for_server(server, status="SHUTOFF", wait=timeout_s, interval=0.25)
 
     def delete_server(self, server_id: str, *, timeout_s: float = 120.0) -> None:
-        """Delete the server (if it exists) and wait until it is gone."""
+        """Delete the server (if it exists) and wait until Nova answers 404 for it."""
         compute = self.sdk().compute
         server = compute.find_server(server_id, ignore_missing=True)
         if server is None:
             return
         compute.delete_server(server, ignore_missing=True)
-        compute.wait_for_delete(server, wait=timeout_s, interval=0.25)
+        deadline = time.monotonic() + timeout_s
+        # Until Nova answers 404 (a server in status DELETED is still listed for a moment).
+        while compute.find_server(server_id, ignore_missing=True) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server {server_id} still there {timeout_s:.0f} s after delete")
+            time.sleep(0.25)
 
     # -- pieces of start() ------------------------------------------------------------
     @contextlib.contextmanager
