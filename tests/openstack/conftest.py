@@ -110,6 +110,9 @@ class DevWorld:
 def _setup(world: DevWorld) -> None:
     admin = world.sdk(admin=True)
     ccm = world.sdk()
+    project = admin.identity.find_project("k8s")
+    admin.set_compute_quotas(project.id, instances=300, cores=600, ram=300 * 1024)
+    admin.set_network_quotas(project.id, port=1000, network=50, subnet=50)
     ext = admin.network.find_network("osprov-ext")
     if ext is None:
         ext = admin.network.create_network(name="osprov-ext", is_router_external=True)
