@@ -102,9 +102,10 @@ def open_cloud(clouds_yaml: str, cloud: str, workdir: Path) -> Iterator[Cloud]:
             )
         yield Cloud(conn, conf, net.id)
         return
-    from trio_ccm.testing.openstack import open_free_world  # the test world, started here
+    import importlib
 
-    world = open_free_world()
+    # The project's test world, started here (trio_ccm.testing.openstack).
+    world = importlib.import_module("trio_ccm.testing.openstack").open_free_world()
     try:
         path = world.write_cloud_conf(workdir / "cloud.conf")
         with warnings.catch_warnings():

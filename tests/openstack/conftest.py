@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +140,7 @@ def _setup(world: DevWorld) -> None:
 
 
 @pytest.fixture(scope="session")
-def openstack() -> Iterator[DevWorld]:
+def openstack() -> DevWorld:
     """The dev OpenStack (/work/osdev) as the `openstack` fixture."""
     if not (OSDEV / "clouds.yaml").exists():
         pytest.skip("no /work/osdev/clouds.yaml")

@@ -214,13 +214,15 @@ async def test_address_options_through_the_sync(openstack: Any, tmp_path: Path) 
                         async with running(
                             cluster, provider, ["--node-status-update-frequency=1s"]
                         ):
-                            await cluster.wait_for(
-                                lambda expected=expected: (
+                            wanted = [*expected, ("Hostname", "test-addr")]
+
+                            def synced(wanted: list[tuple[str, str]] = wanted) -> bool:
+                                return (
                                     initialised(cluster, "test-addr")
-                                    and sorted(addresses(cluster, "test-addr")) == sorted(expected)
-                                    and addresses(cluster, "test-addr") == expected
+                                    and addresses(cluster, "test-addr") == wanted
                                 )
-                            )
+
+                            await cluster.wait_for(synced)
     finally:
         if server:
             await delete(openstack, [server])
@@ -324,9 +326,7 @@ async def test_routes_and_network_unavailable(openstack: Any, tmp_path: Path) ->
             == 1
         )
         for i, server in enumerate(servers, start=1):
-            (port,) = await trio.to_thread.run_sync(
-                lambda server=server: list(conn.network.ports(device_id=server["id"]))
-            )
+            (port,) = list(conn.network.ports(device_id=server["id"]))
             assert {"ip_address": f"10.244.{i}.0/24"} in [
                 {"ip_address": p["ip_address"]} for p in port.allowed_address_pairs
             ]
