@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from tests.helpers.aws import SHUTDOWN, UNINITIALIZED, Cluster, open_cluster
 
+from tests.helpers.aws import SHUTDOWN, UNINITIALIZED, Cluster, open_cluster
 from trio_ccm.cloud.openstack import OpenStackProvider, from_config
 from trio_ccm.supervisor import Serving
 from trio_ccm.testing.aws import ready_condition

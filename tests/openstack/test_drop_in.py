@@ -13,10 +13,10 @@ from typing import Any
 
 import trio
 import yaml
+
 from tests.helpers.aws import UNINITIALIZED, open_cluster
 from tests.helpers.processes import CLI, free_port
 from tests.openstack.test_controllers import boot, delete, manifest
-
 from trio_ccm.testing.apiserver import Listening, serve_apiserver
 
 # OCCM's DaemonSet args, $(CLUSTER_NAME) and $(CLOUD_CONFIG) expanded below.

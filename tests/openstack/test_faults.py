@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import trio
+
 from tests.helpers.aws import UNINITIALIZED, open_cluster
 from tests.openstack.test_client import open_client
 from tests.openstack.test_controllers import boot, delete, initialised, manifest, open_provider
-
 from trio_ccm.cloud.openstack import (
     ConflictError,
     OpenStackOutcomeUnknownError,
