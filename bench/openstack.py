@@ -241,9 +241,9 @@ def main() -> None:
         open_cloud(args.clouds_yaml, args.cloud, Path(tmp)) as cloud,
     ):
         started = time.perf_counter()
-        servers = boot(cloud, nodes)
-        seed_s = time.perf_counter() - started
         try:
+            servers = boot(cloud, nodes)
+            seed_s = time.perf_counter() - started
             figures = trio.run(wave, cloud, sorted(s["name"] for s in servers))
         finally:
             if not args.keep:
