@@ -276,7 +276,11 @@ async def test_lifecycle(openstack: Any, tmp_path: Path) -> None:
                                 and SHUTDOWN in cluster.taints("test-life-stopped")
                             )
                         )
-                        await until(lambda: cluster.events("DeletingNode"))
+
+                        async def deleting_event() -> bool:
+                            return bool(await cluster.events("DeletingNode"))
+
+                        await until(deleting_event)
             assert cluster.has_node("test-life-error")
             assert SHUTDOWN not in cluster.taints("test-life-error")
             deleting = await cluster.events("DeletingNode")
