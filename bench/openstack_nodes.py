@@ -1,7 +1,7 @@
 """OpenStack node waves: N Nova servers (the fake virt driver), N Nodes registered at once,
 initialised by trio-ccm's `openstack` provider; then the periodic address sync over them.
 
-    python bench/openstack.py [--nodes N] [--quick] [--clouds-yaml PATH --cloud NAME]
+    python bench/openstack_nodes.py [--nodes N] [--quick] [--clouds-yaml PATH --cloud NAME]
 
 The OpenStack is the project's test world (`trio_ccm.testing.openstack`, started for the
 run and stopped after), or an existing one named by `--clouds-yaml`/`--cloud` (the ccm
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -39,20 +38,16 @@ from typing import Any
 import trio
 
 from _common import machine_line, print_figures, quiet_logging
+from trio_ccm.cloud.openstack import OpenStackProvider, from_config
+from trio_ccm.testing.apiserver import ApiServer
+from trio_ccm.testing.harness import run_ccm
 
-# This script is bench/openstack.py: with bench/ first on sys.path, `import openstack` would
-# find the script itself. openstacksdk is imported with bench/ out of the path.
-_HERE = Path(__file__).resolve().parent
-_saved = list(sys.path)
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# openstacksdk (the bench's peer client). This script is not called bench/openstack.py: with
+# bench/ first on sys.path, that name would shadow openstacksdk for every bench script.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import openstack.config
     import openstack.connection
-sys.path[:] = _saved
-from trio_ccm.cloud.openstack import OpenStackProvider, from_config  # noqa: E402 - after openstacksdk (above)
-from trio_ccm.testing.apiserver import ApiServer  # noqa: E402 - after openstacksdk (above)
-from trio_ccm.testing.harness import run_ccm  # noqa: E402 - after openstacksdk (above)
 
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 FLAGS = (
