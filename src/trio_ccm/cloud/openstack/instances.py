@@ -473,9 +473,9 @@ class OpenStackInstances:
                         servers=[s.get("id") for s in named],
                         fix="rename all but one, or give the Node a provider ID",
                     )
-        found = {node.name for node, _ in pairs}
+        answered = {node.name for node, _ in pairs}
         for node, _ in wanted:
-            if node.name not in found:
+            if node.name not in answered:
                 self.addresses.pop(node.name, None)  # no server: its addresses are no hop
         return await self._describe(pairs)
 
