@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from tests.helpers.aws import SHUTDOWN, UNINITIALIZED, Cluster, open_cluster, until
 from trio_ccm.cloud.openstack import OpenStackProvider, from_config
@@ -129,7 +130,7 @@ async def running(
         f"--controllers={controllers}",
         "--cluster-name=kubernetes",
         *flags,
-        registry=cluster.registry,
+        registry=CollectorRegistry(),  # one per replica: a test may run several in turn
         identity="ccm-openstack",
         now=lambda: dt.datetime.now(dt.UTC),
     ) as serving:
