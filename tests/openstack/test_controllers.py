@@ -7,12 +7,14 @@ the CCM made."""
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from tests.helpers.aws import SHUTDOWN, UNINITIALIZED, Cluster, open_cluster, until
 from trio_ccm.cloud.openstack import OpenStackProvider, from_config
@@ -25,7 +27,12 @@ ROUTES = "node-route-controller"
 
 
 def manifest(
-    name: str, *, provider_id: str = "", ready: bool = True, pod_cidr: str = ""
+    name: str,
+    *,
+    provider_id: str = "",
+    ready: bool = True,
+    pod_cidr: str = "",
+    internal_ip: str = "",
 ) -> dict[str, Any]:
     """The Node a kubelet `--cloud-provider=external` registers (tainted uninitialized)."""
     spec: dict[str, Any] = {
@@ -45,7 +52,10 @@ def manifest(
         "spec": spec,
         "status": {
             "conditions": [ready_condition(ready)],
-            "addresses": [{"type": "Hostname", "address": name}],
+            "addresses": [
+                *([{"type": "InternalIP", "address": internal_ip}] if internal_ip else []),
+                {"type": "Hostname", "address": name},
+            ],
         },
     }
 
@@ -120,7 +130,7 @@ async def running(
         f"--controllers={controllers}",
         "--cluster-name=kubernetes",
         *flags,
-        registry=cluster.registry,
+        registry=CollectorRegistry(),  # one per replica: a test may run several in turn
         identity="ccm-openstack",
         now=lambda: dt.datetime.now(dt.UTC),
     ) as serving:
@@ -296,10 +306,12 @@ async def test_routes_and_network_unavailable(openstack: Any, tmp_path: Path) ->
     servers = await boot(openstack, "test-route-a", "test-route-b")
     conn = openstack.sdk()
     router_path = f"/v2.0/routers/{openstack.router_id}"
+    # A route to an address no server has, on the router's subnet: a blackhole.
+    unused = str(list(ipaddress.ip_network(openstack.subnet_cidr).hosts())[-2])
     await trio.to_thread.run_sync(
         lambda: conn.network.add_extra_routes_to_router(
             openstack.router_id,
-            {"router": {"routes": [{"destination": "10.244.9.0/24", "nexthop": "10.20.0.250"}]}},
+            {"router": {"routes": [{"destination": "10.244.9.0/24", "nexthop": unused}]}},
         )
     )
     try:
@@ -310,6 +322,7 @@ async def test_routes_and_network_unavailable(openstack: Any, tmp_path: Path) ->
                         server["name"],
                         provider_id=f"openstack:///{server['id']}",
                         pod_cidr=f"10.244.{i}.0/24",
+                        internal_ip=fixed_ip(server),  # kubelet --node-ip: one pass has both
                     )
                 )
             names = [s["name"] for s in servers]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.helpers.aws import UNINITIALIZED, open_cluster
+from tests.helpers.aws import UNINITIALIZED, open_cluster, until
 from tests.openstack.test_client import open_client
 from tests.openstack.test_controllers import boot, delete, initialised, manifest, open_provider
 from trio_ccm.cloud.openstack import (
@@ -104,27 +104,28 @@ def port_named(world: Any, name: str) -> list[Any]:
 
 
 @pytest.mark.parametrize(
-    ("fault", "name"),
+    ("fault", "timeout_s", "name"),
     [
-        pytest.param({"status": 500}, "test-unknown-500", id="5xx-after-applying"),
-        pytest.param({"delay_s": 3.0}, "test-unknown-slow", id="timeout-after-applying"),
+        pytest.param({"status": 500}, 30.0, "test-unknown-500", id="5xx-after-applying"),
+        pytest.param({"delay_s": 8.0}, 5.0, "test-unknown-slow", id="timeout-after-applying"),
     ],
 )
 async def test_sent_change_outcome_unknown(
-    openstack: Any, faults: Any, fault: dict[str, Any], name: str
+    openstack: Any, faults: Any, fault: dict[str, Any], timeout_s: float, name: str
 ) -> None:
     """A POST the cloud applied but answered with a 5xx, or too late, is
-    OutcomeUnknownError, sent once; the port does exist."""
+    OutcomeUnknownError, sent once; the port does land (Neutron may finish it after the
+    answer: it is waited for, with a deadline)."""
     faults.add("network", method="POST", path=r"/v2.0/ports", apply_after=True, **fault)
     body = {"port": {"network_id": openstack.network_id, "name": name}}
     try:
-        async with open_client(openstack, timeout_s=2.0) as client:
+        async with open_client(openstack, timeout_s=timeout_s) as client:
             with trio.fail_after(DEADLINE_S), pytest.raises(OpenStackOutcomeUnknownError) as c:
                 await client.request("network", "POST", "/v2.0/ports", json=body)
         assert isinstance(c.value, OutcomeUnknownError)
         assert len(faults.seen("network", "POST", r"/v2.0/ports")) == 1
-        # The proxy answers with the fault only after the service applied the request.
-        assert len(port_named(openstack, name)) == 1
+        with trio.fail_after(DEADLINE_S):
+            await until(lambda: len(port_named(openstack, name)) == 1)
     finally:
         for port in port_named(openstack, name):
             openstack.sdk().network.delete_port(port)

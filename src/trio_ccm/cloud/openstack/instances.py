@@ -473,6 +473,10 @@ class OpenStackInstances:
                         servers=[s.get("id") for s in named],
                         fix="rename all but one, or give the Node a provider ID",
                     )
+        answered = {node.name for node, _ in pairs}
+        for node, _ in wanted:
+            if node.name not in answered:
+                self.addresses.pop(node.name, None)  # no server: its addresses are no hop
         return await self._describe(pairs)
 
     # -- Instances ------------------------------------------------------------------------
