@@ -20,7 +20,7 @@ async def test_a_service_gets_occms_load_balancer_and_leaves_nothing(
     the Service leaves nothing in Octavia or Neutron and drops the finalizer."""
     async with open_lb_cluster(openstack, tmp_path, "lbbasic") as c:
         nodes = c.add_nodes(2)
-        with trio.fail_after(120):
+        with trio.fail_after(600):
             async with running(c):
                 c.create_service("web", node_ports=(30080,))
                 await until(lambda: c.ingress("web"))

@@ -7,16 +7,24 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
 - **Find** the load balancer: by the id this process made or saw, else by the annotation
   `loadbalancer.openstack.org/load-balancer-id`, else by OCCM's name (then the legacy
   `a<uid>` name); `DELETED` / `PENDING_DELETE` ones are ignored, as OCCM does.
-- **Create** it fully populated (one POST: listeners, pools, members, monitors), tagged with
-  its name (OCCM), `trio-ccm.owner=<cluster identity>` and `trio-ccm.service=<uid>`, and
-  return at once: `PENDING_*` is a `RetryAfter` with capped, jittered backoff, never a
-  wait in the worker, so other Services go on.
-- **Verify with one call**: once `ACTIVE`, the tag `trio-ccm.applied=<hash>` (the hash of
-  the plan, the members and the address, written with the last change) equal to the
-  current plan's means nothing to do: a restart or a takeover costs one GET per load
-  balancer. Otherwise the children are read and each difference fixed (listener PUT, pool
-  re-create on a protocol change, one batch member PUT per pool, monitor create/update/
-  delete, stale listeners and pools deleted), then the tag is written.
+- **Create** the load balancer (tagged with its name (OCCM), `trio-ccm.owner=<cluster
+  identity>`, `trio-ccm.uid=<service uid>` and `trio-ccm.service=<ns>/<name>`) and return at
+  once: `PENDING_*` is a `RetryAfter` with capped, jittered backoff, never a wait in the
+  worker, so other Services go on. Its children are then added one by one (listener, pool,
+  one batch of members, monitor), each write waiting out the 409 of the one before. Not
+  OCCM's single fully-populated POST: on Octavia 11 (Zed) that POST commits the load
+  balancer before its children and the worker can read it in between, leaving listeners,
+  pools and members in `PENDING_CREATE` for ever under an `ACTIVE` load balancer (seen on
+  the test world), and a listener or pool POST with children inline answers 500.
+- **Verify cheaply**: once `ACTIVE`, the tag `trio-ccm.applied=<hash>` (the plan and the
+  address, written with the last change) equal to the current plan's means only the
+  members may differ: with the pools and members this process applied, nothing is read;
+  after a restart or a takeover, one `GET .../status` (the status tree: listeners, pools,
+  members) per load balancer, and the load balancers themselves come from one listing
+  for all of them (`trio-ccm.owner` tag, or the project's). Otherwise the children are read
+  and each difference fixed (listener PUT, pool re-created on a protocol change, one batch
+  member PUT per pool, monitor create/update/delete, stale listeners and pools deleted),
+  then the tag is written.
 - **Node-set changes** (`update_load_balancer`): with the members this process applied
   known, one batch member PUT per pool whose members changed, and no read.
 - **ERROR**: a load balancer this cluster owns found in ERROR is deleted (with our
@@ -37,9 +45,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import trio
+
 from trio_ccm.cloud.openstack.errors import NotFoundError
 from trio_ccm.cloud.openstack.floatingips import FloatingIps
 from trio_ccm.cloud.openstack.lbconfig import (
+    LB_ID,
     LbOptions,
     LbPlan,
     Member,
@@ -56,6 +67,7 @@ from trio_ccm.cloud.provider import (
     NodeInfo,
     OwnedLoadBalancer,
     ServiceInfo,
+    ServicePort,
     ServiceRefused,
 )
 from trio_ccm.errors import CcmError, RetryAfter
@@ -71,6 +83,7 @@ UID_TAG: Final = "trio-ccm.uid="
 APPLIED_TAG: Final = "trio-ccm.applied="
 ADDRESS_TAG: Final = "trio-ccm.address="
 OCCM_PREFIX: Final = "kube_service_"
+LISTING_TTL_S: Final = 60.0
 _GONE: Final = frozenset({"DELETED", "PENDING_DELETE"})
 _OURS: Final = (OWNER_TAG, SERVICE_TAG, UID_TAG, APPLIED_TAG, ADDRESS_TAG)
 
@@ -111,6 +124,28 @@ def _l4(protocol: str) -> str:
     return "TCP" if protocol in ("HTTP", "HTTPS", "TERMINATED_HTTPS", "TCP") else protocol
 
 
+def _pools_in_tree(
+    tree: Mapping[str, Any], p: LbPlan
+) -> dict[int, tuple[str, tuple[Member, ...]]] | None:
+    """Port index -> (pool id, members) from Octavia's status tree, for this plan's
+    listeners (by name); None when one is missing or has no single pool."""
+    lb = tree.get("statuses", {}).get("loadbalancer", {}) if isinstance(tree, Mapping) else {}
+    by_name = {str(x.get("name")): x for x in lb.get("listeners") or [] if isinstance(x, dict)}
+    out: dict[int, tuple[str, tuple[Member, ...]]] = {}
+    for port in p.ports:
+        listener = by_name.get(port.listener_name)
+        pools = (listener or {}).get("pools") or []
+        if len(pools) != 1 or pools[0].get("provisioning_status") != "ACTIVE":
+            return None
+        ms = []
+        for m in pools[0].get("members") or []:
+            if "address" not in m or "protocol_port" not in m:
+                return None
+            ms.append(Member(str(m.get("name") or ""), str(m["address"]), int(m["protocol_port"])))
+        out[port.index] = (str(pools[0]["id"]), tuple(ms))
+    return out
+
+
 class OpenStackLoadBalancers:
     """`LoadBalancers` and `LoadBalancerInventory` on Octavia (see the module docstring).
 
@@ -135,6 +170,9 @@ class OpenStackLoadBalancers:
         self.groups = SecurityGroups(api)
         self._known: dict[str, _Known] = {}  # Service uid -> what we applied
         self._waits: dict[str, int] = {}  # Service uid -> PENDING rounds in a row
+        self._listing: dict[str, list[dict[str, Any]]] | None = None
+        self._listed_at = 0.0
+        self._listing_lock = trio.Lock()
 
     def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
         return lb_name(cluster, service)
@@ -142,6 +180,21 @@ class OpenStackLoadBalancers:
     # -- the plan --------------------------------------------------------------------------
     def _plan(self, cluster: str, service: ServiceInfo) -> LbPlan:
         return plan(service, self.options, cluster)
+
+    def _plan_to_find(self, cluster: str, service: ServiceInfo) -> LbPlan:
+        """The plan, or for a Service refused as written now, one that still names (and so
+        finds) the load balancer it may have from before."""
+        try:
+            return self._plan(cluster, service)
+        except ServiceRefused:
+            bare = ServiceInfo(
+                service.namespace,
+                service.name,
+                service.uid,
+                annotations={k: v for k, v in service.annotations.items() if k == LB_ID},
+                ports=(ServicePort("", "TCP", 1, 0),),
+            )
+            return plan(bare, self.options, cluster)
 
     @staticmethod
     def _check_features(p: LbPlan, feats: Features, service: ServiceInfo) -> None:
@@ -164,9 +217,10 @@ class OpenStackLoadBalancers:
         return {port.index: members(p, port, nodes, health) for port in p.ports}
 
     @staticmethod
-    def _applied(p: LbPlan, wanted: Mapping[int, tuple[Member, ...]], address: str) -> str:
-        text = repr((p, sorted(wanted.items()), address))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    def _applied(p: LbPlan, address: str) -> str:
+        """The hash of what a load balancer was last made to be (not its members: a
+        node-set change writes them alone, and the status tree reads them back)."""
+        return hashlib.sha256(repr((p, address)).encode()).hexdigest()[:16]
 
     def _pending(self, service: ServiceInfo, what: str) -> RetryAfter:
         attempt = self._waits.get(service.uid, 0)
@@ -175,12 +229,35 @@ class OpenStackLoadBalancers:
         return RetryAfter(delay, f"{what}; looking again in {delay:.1f} s")
 
     # -- finding ---------------------------------------------------------------------------
-    async def _by_name(self, p: LbPlan, service: ServiceInfo) -> dict[str, Any] | None:
+    async def _listed(self, name: str) -> list[dict[str, Any]] | None:
+        """The load balancers named `name` in the listing made once after this process
+        started (one call for all of them: a restart or takeover then costs no call per
+        load balancer to find it); None past `LISTING_TTL_S` or when it has none."""
+        async with self._listing_lock:
+            now = trio.current_time()
+            if self._listing is None:
+                lbs = await (
+                    self.octavia.find_lbs(tags=OWNER_TAG + self.identity)
+                    if self.identity
+                    else self.octavia.find_lbs()
+                )
+                self._listing = {}
+                for lb in lbs:
+                    self._listing.setdefault(str(lb.get("name") or ""), []).append(lb)
+                self._listed_at = now
+            if now - self._listed_at > LISTING_TTL_S:
+                return None
+            return self._listing.pop(name, None)
+
+    async def _by_name(
+        self, p: LbPlan, service: ServiceInfo, gone: frozenset[str] = _GONE
+    ) -> dict[str, Any] | None:
         for name in (p.name, p.legacy_name):
+            listed = await self._listed(name)
             found = [
                 lb
-                for lb in await self.octavia.find_lbs(name=name)
-                if lb.get("provisioning_status") not in _GONE
+                for lb in (listed if listed else await self.octavia.find_lbs(name=name))
+                if lb.get("provisioning_status") not in gone
             ]
             if not found:
                 continue
@@ -205,12 +282,16 @@ class OpenStackLoadBalancers:
             return found[0]
         return None
 
-    async def _find(self, p: LbPlan, service: ServiceInfo) -> tuple[dict[str, Any] | None, bool]:
-        """(the load balancer or None, whether this Service owns it)."""
+    async def _find(
+        self, p: LbPlan, service: ServiceInfo, *, deleting: bool = False
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """(the load balancer or None, whether this Service owns it). `deleting` also finds
+        one in PENDING_DELETE (a deletion is done only once Octavia answers 404)."""
+        gone = frozenset({"DELETED"}) if deleting else _GONE
         known = self._known.get(service.uid)
         if known is not None:
             lb = await self.octavia.get_lb(known.lb_id)
-            if lb is not None and lb.get("provisioning_status") not in _GONE:
+            if lb is not None and lb.get("provisioning_status") not in gone:
                 return lb, lb.get("name") in (p.name, p.legacy_name)
             self._known.pop(service.uid, None)
         if p.shared_lb_id:
@@ -229,22 +310,14 @@ class OpenStackLoadBalancers:
                     f"cluster (tag {OWNER_TAG}{owner}); remove the annotation"
                 )
             return lb, owned
-        return await self._by_name(p, service), True
+        return await self._by_name(p, service, gone), True
 
     # -- LoadBalancers ---------------------------------------------------------------------
     async def get_load_balancer(
         self, cluster: str, service: ServiceInfo
     ) -> LoadBalancerStatus | None:
-        try:
-            p = self._plan(cluster, service)
-        except ServiceRefused:
-            # a Service we refused may still have one from before it was changed
-            p = plan(
-                ServiceInfo(service.namespace, service.name, service.uid, ports=service.ports),
-                self.options,
-                cluster,
-            )
-        lb, owned = await self._find(p, service)
+        p = self._plan_to_find(cluster, service)
+        lb, owned = await self._find(p, service, deleting=True)
         if lb is None:
             return None
         if not owned and p.name not in _tags(lb):
@@ -278,7 +351,7 @@ class OpenStackLoadBalancers:
         state = str(lb.get("provisioning_status") or "")
         if state == "ERROR":
             if owned:
-                await self._delete_owned(p, lb, keep_fip=True)
+                await self._delete_owned(p, lb, keep_fip=p.keep_floating_ip)
                 self._known.pop(service.uid, None)
                 raise CcmError(
                     f"load balancer {p.name} ({lb_id}) was in ERROR: deleted it, a new one is "
@@ -294,11 +367,11 @@ class OpenStackLoadBalancers:
         if owned:
             self._check_owned(p, lb, service)
             address = _tag(tags, ADDRESS_TAG)
-            if address and _tag(tags, APPLIED_TAG) == self._applied(p, wanted, address):
-                # the last change we wrote is what is wanted now: verified with this one call
+            if address and _tag(tags, APPLIED_TAG) == self._applied(p, address):
+                # what we last wrote is what is wanted now: only the members may differ
                 status = self._status(p, address)
-                self._remember(service, lb_id, p, wanted, status, lb)
-                return status
+                if await self._members_only(service, lb_id, p, wanted, status):
+                    return status
         else:
             self._check_shared(p, lb, service)
         pools = await self._reconcile(p, lb, wanted, feats, owned=owned)
@@ -316,7 +389,7 @@ class OpenStackLoadBalancers:
             new_tags += [
                 UID_TAG + service.uid,
                 SERVICE_TAG + service.key,
-                APPLIED_TAG + self._applied(p, wanted, address),
+                APPLIED_TAG + self._applied(p, address),
                 ADDRESS_TAG + address,
             ]
         if sorted(new_tags) != sorted(tags):
@@ -332,26 +405,39 @@ class OpenStackLoadBalancers:
         log.info("openstack.lb-ensured", service=service.key, lb=lb_id, address=address)
         return status
 
-    def _remember(
+    async def _members_only(
         self,
         service: ServiceInfo,
         lb_id: str,
         p: LbPlan,
         wanted: Mapping[int, tuple[Member, ...]],
         status: LoadBalancerStatus,
-        lb: Mapping[str, Any],
-    ) -> None:
-        pools: dict[int, str] = {}  # the LB body has no port -> pool map: learnt on a read
+    ) -> bool:
+        """Bring the members of a load balancer whose tag says the rest is as planned to
+        `wanted`: with no read when this process knows its pools and members, else with one
+        read of the status tree. False when the tree does not show every pool (then the
+        caller reconciles it whole)."""
         known = self._known.get(service.uid)
-        if known is not None and known.lb_id == lb_id and known.plan == p:
-            pools = known.pools
-        self._known[service.uid] = _Known(
-            lb_id,
-            p,
-            pools=pools,
-            members={pools[i]: m for i, m in wanted.items() if i in pools},
-            status=status,
-        )
+        if known is not None and known.lb_id == lb_id and known.plan == p and known.pools:
+            pools, have = known.pools, dict(known.members)
+        else:
+            tree = await self.octavia.status_tree(lb_id)
+            found = _pools_in_tree(tree, p)
+            if found is None:
+                return False
+            pools = {i: pool_id for i, (pool_id, _) in found.items()}
+            have = dict(found.values())
+        if len(pools) != len(p.ports):
+            return False
+        self._known[service.uid] = known = _Known(lb_id, p, pools=pools, status=status)
+        for port in p.ports:
+            pool_id = pools[port.index]
+            ms = wanted[port.index]
+            current = have.get(pool_id)
+            if current is None or sorted(map(_member_key, current)) != sorted(map(_member_key, ms)):
+                await self.octavia.replace_members(pool_id, [m.body() for m in ms])
+            known.members[pool_id] = ms
+        return True
 
     def _check_owned(self, p: LbPlan, lb: Mapping[str, Any], service: ServiceInfo) -> None:
         owner = _tag(_tags(lb), OWNER_TAG)
@@ -620,15 +706,8 @@ class OpenStackLoadBalancers:
 
     # -- deleting ----------------------------------------------------------------------------
     async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
-        try:
-            p = self._plan(cluster, service)
-        except ServiceRefused:
-            p = plan(
-                ServiceInfo(service.namespace, service.name, service.uid, ports=service.ports),
-                self.options,
-                cluster,
-            )
-        lb, owned = await self._find(p, service)
+        p = self._plan_to_find(cluster, service)
+        lb, owned = await self._find(p, service, deleting=True)
         await self.groups.delete(p, service)
         if lb is None:
             self._forget(service)
@@ -637,6 +716,8 @@ class OpenStackLoadBalancers:
         tags = _tags(lb)
         others = [t for t in tags if t.startswith(OCCM_PREFIX) and t != p.name]
         state = str(lb.get("provisioning_status") or "")
+        if state == "PENDING_DELETE":
+            raise self._pending(service, f"load balancer {lb_id} is being deleted")
         if state not in ("ACTIVE", "ERROR"):
             raise self._pending(service, f"load balancer {lb_id} is {state}; deleting it after")
         if owned and not others:

@@ -154,6 +154,12 @@ class Octavia:
         lb = answer.get("loadbalancer") if isinstance(answer, dict) else None
         return lb if isinstance(lb, dict) else None
 
+    async def status_tree(self, lb_id: str) -> dict[str, Any]:
+        """`GET /loadbalancers/{id}/status`: listeners, pools, members (address and port)
+        and monitors in one answer."""
+        answer = await self.api.request(LB, "GET", f"{BASE}/loadbalancers/{lb_id}/status")
+        return answer if isinstance(answer, dict) else {}
+
     async def find_lbs(self, **params: str) -> list[dict[str, Any]]:
         items = await self.api.list(LB, f"{BASE}/loadbalancers", "loadbalancers", params=params)
         return [i for i in items if isinstance(i, dict)]
