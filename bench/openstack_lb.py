@@ -20,9 +20,9 @@ Phases and figures:
 - `restart_calls`: a new replica (a fresh provider: nothing in memory) takes over; its
   Octavia calls (by action) until none came for 3 s; `restart_calls_per_lb`.
 - `occm_model_calls`: OCCM's algorithm (openstack-ccm-study §1.2.7, §4) for the same
-  phases: create `7 + k` calls per Service with `k` its ACTIVE polls (1 s growing ×1.2) for
+  phases: create `7 + k` calls per Service with `k` its ACTIVE polls (1 s growing 1.2 times) for
   the measured single create time, serial at its default `--concurrent-service-syncs=1`
-  (`occm_model_create_s` = lbs × its polled create time); node change `2 + P(3 + k')`
+  (`occm_model_create_s` = lbs times its polled create time); node change `2 + P(3 + k')`
   per Service (k' = 2 polls); restart `4 + 2P` per Service.
 - `leftovers`: what remains in Octavia/Neutron after every Service is deleted (must be 0).
 
@@ -131,7 +131,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     async def wait(check: Any, deadline_s: float) -> None:
         with trio.fail_after(deadline_s):
-            while not check():
+            while True:  # the emulator and Octavia share no watch: look again
+                if check():
+                    return
                 await trio.sleep(0.2)
 
     names = [f"s{i}" for i in range(args.services)]
@@ -194,7 +196,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             return True
 
         with trio.fail_after(900):
-            while not await trio.to_thread.run_sync(joined):
+            while True:  # read back with openstacksdk until every pool holds them
+                if await trio.to_thread.run_sync(joined):
+                    break
                 await trio.sleep(1.0)
         figures["nodeset_s"] = round(time.monotonic() - started, 2)
         calls = octavia_calls(provider) - before
