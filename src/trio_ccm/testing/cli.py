@@ -11,7 +11,9 @@ signals, exit codes) for its commands and nothing else.
 
 Both take `--cloud=aws`: moto in-process (the `aws-testbed` extra) instead of the simulated
 cloud, with EC2 instances in a cluster-tagged VPC and kubelets naming their Nodes by
-private DNS name, as on EC2.
+private DNS name, as on EC2; and `--cloud=openstack`: the real OpenStack test world
+(`trio_ccm.testing.openstack`, Debian's packages on loopback), with Nova servers (fake virt
+driver) whose kubelets name their Nodes like the servers, and an OCCM-format cloud.conf.
 
 Exit codes: 0 a clean stop (Ctrl-C, or the demo's --exit-when-done); 1 a runtime failure;
 2 a rejected command line.
@@ -73,6 +75,7 @@ _CLEANUP_S: Final = 5.0  # deadline of shielded cleanup at the end of the demo
 _KUBECTL_TIMEOUT_S: Final = 20.0
 AWS_CLUSTER_ID: Final = "kubernetes"
 """The cluster ID of `--cloud=aws` worlds (the Go CCM's default --cluster-name)."""
+_CLOUD_NAMES: Final = {"sim": "sim cloud", "aws": "moto (EC2)", "openstack": "OpenStack"}
 _NEEDS_MOTO: Final = (
     "--cloud=aws runs moto in-process, which is not installed: pip install 'trio-ccm[aws-testbed]'"
 )
@@ -355,10 +358,12 @@ def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cloud",
-        choices=("sim", "aws"),
+        choices=("sim", "aws", "openstack"),
         default="sim",
-        help="the cloud: the simulated cloud (default), or moto's EC2 on loopback for "
-        "--cloud-provider=aws (needs the aws-testbed extra)",
+        help="the cloud: the simulated cloud (default), moto's EC2 on loopback for "
+        "--cloud-provider=aws (needs the aws-testbed extra), or the real OpenStack test "
+        "world for --cloud-provider=openstack (Debian 12's packages, installed when missing; "
+        "ports from TRIO_CCM_OPENSTACK_PORT_BASE, see docs/openstack-testworld.md)",
     )
     parser.add_argument(
         "--host",
@@ -398,7 +403,7 @@ class _World:
     cloud_url: str
     kubeconfig: Path
     cloud: str
-    """"sim" or "aws"."""
+    """"sim", "aws" or "openstack"."""
     cloud_config: bytes
     """What the CCM's --cloud-config holds."""
     environ: Mapping[str, str] = field(default_factory=dict)
@@ -411,6 +416,8 @@ class _World:
 
             config = parse_cloud_config(self.cloud_config, source="the testbed's cloud-config")
             return AwsProvider(config, environ=self.environ)
+        if self.cloud == "openstack":
+            return load_provider("openstack", self.cloud_config)
         return load_provider("sim", cloud_config(self.cloud_url, replica=replica))
 
 
@@ -434,12 +441,14 @@ async def _open_world(
     environ: Mapping[str, str] = {}
     initialised = getattr(args, "initialised", False)
     lb_network = getattr(args, "lb_network", None)
+    if args.cloud in ("aws", "openstack") and (initialised or lb_network):
+        raise ConfigError(
+            f"--initialised and --lb-network are for the simulated cloud, not --cloud={args.cloud}"
+        )
     if args.cloud == "aws":
-        if initialised or lb_network:
-            raise ConfigError(
-                "--initialised and --lb-network are for the simulated cloud, not --cloud=aws"
-            )
         fleet, cloud_url, config, environ = await _open_aws(nursery, args, nodes=nodes)
+    elif args.cloud == "openstack":
+        fleet, cloud_url, config = await _open_openstack(nursery, args, nodes=nodes)
     else:
         cloud = fleet = SimCloud(
             seed=args.seed, **({"lb_network": lb_network} if lb_network else {})
@@ -493,6 +502,51 @@ async def _open_aws(
     return fleet, moto.url, world.cloud_config(), world.environ()
 
 
+async def _open_openstack(
+    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int
+) -> tuple[Fleet, str, bytes]:
+    """The OpenStack test world (started in a worker thread, stopped when `nursery` ends)
+    with `nodes` servers booted, followed by an `OpenStackFleet`; the Keystone URL the CCM
+    uses and its OCCM-format cloud.conf (with [Route] router-id: the cluster router)."""
+    from trio_ccm.testing.openstack import OpenStackWorld, Unavailable, open_free_world
+    from trio_ccm.testing.openstack.fleet import OpenStackFleet
+
+    if args.cloud_port:
+        raise ConfigError(
+            "--cloud-port is not for --cloud=openstack: its ports come from "
+            "TRIO_CCM_OPENSTACK_PORT_BASE (docs/openstack-testworld.md)"
+        )
+
+    async def serve_world(*, task_status: trio.TaskStatus[OpenStackWorld]) -> None:
+        try:
+            world = await trio.to_thread.run_sync(open_free_world)
+        except Unavailable as exc:
+            raise ConfigError(f"--cloud=openstack: {exc}") from exc
+        try:
+            task_status.started(world)
+            await trio.sleep_forever()
+        finally:
+            # Shielded so Ctrl-C still stops every process it started; bounded by the
+            # world's own grace periods (SIGKILL after 10 s per process group).
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(world.stop)
+
+    print("starting the OpenStack test world (about a minute)...", flush=True)
+    world: OpenStackWorld = await nursery.start(serve_world)
+    print(
+        f"OpenStack up in {world.timings_s['total']:.0f} s; clouds.yaml {world.clouds_yaml} "
+        "(clouds ccm, admin: stop or delete servers with it)",
+        flush=True,
+    )
+    fleet = OpenStackFleet(world)
+    await fleet.add_servers(nodes)
+    await nursery.start(fleet.serve)
+    path = world.write_cloud_conf(
+        world.root / "cloud-testbed.conf", extra={"Route": {"router-id": world.router_id}}
+    )
+    return fleet, world.auth_url, path.read_bytes()
+
+
 def _check_listener_args(args: argparse.Namespace, command: str) -> str | None:
     if not _is_loopback(args.host):
         return (
@@ -530,7 +584,7 @@ def run_testbed(argv: Sequence[str]) -> int:
                 # seconds (trio.stall with gc_seconds) that held up every kubelet and answer.
                 gc.freeze()
                 print(f"apiserver listening on {world.api_url}", flush=True)
-                cloud_name = "moto (EC2)" if world.cloud == "aws" else "sim cloud"
+                cloud_name = _CLOUD_NAMES[world.cloud]
                 print(f"{cloud_name} listening on {world.cloud_url}", flush=True)
                 print(f"kubeconfig written to {world.kubeconfig}", flush=True)
                 print(
@@ -798,7 +852,7 @@ def run_demo(argv: Sequence[str]) -> int:
                     failed.append(EXIT_USAGE)
                     world_nursery.cancel_scope.cancel()
                     return
-                cloud_name = "moto (EC2)" if world.cloud == "aws" else "sim cloud"
+                cloud_name = _CLOUD_NAMES[world.cloud]
                 print(f"apiserver  {world.api_url}", flush=True)
                 print(f"{cloud_name:<10} {world.cloud_url}", flush=True)
                 print(f"{args.nodes} Nodes registered by simulated kubelets; starting the CCM")
