@@ -3,13 +3,12 @@ then a node-set change, then a CCM restart; the Octavia calls of each phase, bes
 
     python bench/openstack_lb.py [--services 50] [--nodes 20] [--added 5] [--quick]
 
-Needs a real OpenStack with Octavia: the clouds.yaml named by `--clouds-yaml` (default:
-$TRIO_CCM_OPENSTACK_CLOUDS, else /work/osdev/clouds.yaml, the dev instance), clouds
-`osprobe` (admin) and `osprobe-ccm` (the CCM's user), and the network `osprov-net` /
-`osprov-sub` with the external network `osprov-ext` that the tests' world sets up.
-The emulator (in-process) holds the Nodes (addresses on that subnet, no servers: members
-need only an address) and the Services. One trio-ccm replica with the openstack provider
-(service-lb-controller only) runs them.
+Runs on the project's OpenStack test world (`trio_ccm.testing.openstack.open_free_world`:
+Debian's Keystone, Neutron, Octavia with noop amphorae and real Neutron VIPs; started for
+the run, stopped after; docs/openstack-testworld.md). The emulator (in-process) holds the
+Nodes (addresses on the world's subnet, no servers: members need only an address) and the
+Services. One trio-ccm replica with the openstack provider (service-lb-controller only)
+runs them.
 
 Phases and figures:
 - `single_create_s`: one Service alone, from its creation until its status has the
@@ -68,49 +67,20 @@ def occm_polls(active_after_s: float) -> tuple[int, float]:
     return len(OCCM_POLLS), OCCM_POLLS[-1]
 
 
-def sdk(clouds: Path, cloud: str) -> Any:
-    warnings.simplefilter("ignore")
-    import openstack.config  # the bench's peer client (test dependency)
-    import openstack.connection
-
-    region = openstack.config.OpenStackConfig(config_files=[str(clouds)]).get_one(cloud=cloud)
-    return openstack.connection.Connection(config=region)
-
-
 def octavia_calls(provider: OpenStackProvider) -> Counter[str]:
     stats = provider.client.statistics()
     return Counter({k: v for k, v in stats.calls.items() if k.startswith("load-balancer:")})
 
 
-def cloud_conf(tmp: Path, clouds: Path, admin: Any) -> Path:
-    import yaml
-
-    data = yaml.safe_load(clouds.read_text())["clouds"]["osprobe-ccm"]["auth"]
-    net = admin.network.find_network("osprov-ext")
-    sub = admin.network.find_subnet("osprov-sub")
-    if net is None or sub is None:
-        raise SystemExit("bench/openstack_lb.py: the osprov-ext / osprov-sub networks are missing")
-    text = (
-        "[Global]\n"
-        f"auth-url = {data['auth_url']}\nusername = {data['username']}\n"
-        f"password = {data['password']}\ntenant-name = {data['project_name']}\n"
-        "domain-name = Default\nregion = RegionOne\n"
-        f"[LoadBalancer]\nsubnet-id = {sub.id}\nfloating-network-id = {net.id}\n"
-    )
-    path = tmp / "cloud.conf"
-    path.write_text(text)
-    return path
-
-
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    clouds = Path(args.clouds_yaml)
-    admin = sdk(clouds, "osprobe")
-    cidr = admin.network.find_subnet("osprov-sub").cidr
-    base = cidr.rsplit(".", 1)[0]
+async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
+    admin = world.sdk(admin=True)
+    base = world.subnet_cidr.rsplit(".", 1)[0]
     cluster = f"bench{os.getpid()}"
     api = ApiServer(seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="oslb-bench-"))
-    conf = parse_cloud_config(cloud_conf(tmp, clouds, admin).read_bytes())
+    keys = {"subnet-id": world.subnet_id, "floating-network-id": world.external_network_id}
+    path = world.write_cloud_conf(tmp / "cloud.conf", extra={"LoadBalancer": keys})
+    conf = parse_cloud_config(path.read_bytes())
     figures: dict[str, Any] = {"lbs": args.services, "nodes": args.nodes}
     for i in range(args.nodes):
         api.create(
@@ -264,17 +234,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--added", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="3 Services, 4 Nodes, 1 added")
-    parser.add_argument(
-        "--clouds-yaml",
-        default=os.environ.get("TRIO_CCM_OPENSTACK_CLOUDS", "/work/osdev/clouds.yaml"),
-    )
     args = parser.parse_args(argv)
     if args.quick:
         args.services, args.nodes, args.added = 3, 4, 1
-    if not Path(args.clouds_yaml).exists():
-        parser.error(f"no clouds.yaml at {args.clouds_yaml}: start the OpenStack world first")
     return args
 
 
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    warnings.simplefilter("ignore")  # openstacksdk's deprecation chatter
+    from trio_ccm.testing.openstack import open_free_world
+
+    world = open_free_world()
+    try:
+        return trio.run(main, args, world)
+    finally:
+        world.stop()
+
+
 if __name__ == "__main__":
-    print(json.dumps(trio.run(main, parse())))
+    print(json.dumps(run(parse())))
