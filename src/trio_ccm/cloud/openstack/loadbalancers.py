@@ -371,6 +371,8 @@ class OpenStackLoadBalancers:
                 # what we last wrote is what is wanted now: only the members may differ
                 status = self._status(p, address)
                 if await self._members_only(service, lb_id, p, wanted, status):
+                    if p.manage_security_groups:
+                        await self.groups.ensure(p, service, nodes, wanted)
                     return status
         else:
             self._check_shared(p, lb, service)
@@ -702,6 +704,8 @@ class OpenStackLoadBalancers:
                 self._known.pop(service.uid, None)
                 raise
             known.members[pool_id] = ms
+        if p.manage_security_groups:
+            await self.groups.ensure(p, service, nodes, wanted)
         log.info("openstack.lb-members-updated", service=service.key, lb=known.lb_id)
 
     # -- deleting ----------------------------------------------------------------------------
@@ -720,7 +724,10 @@ class OpenStackLoadBalancers:
             raise self._pending(service, f"load balancer {lb_id} is being deleted")
         if state not in ("ACTIVE", "ERROR"):
             raise self._pending(service, f"load balancer {lb_id} is {state}; deleting it after")
-        if owned and not others:
+        # OCCM: the last Service using a load balancer it made (named kube_service_...)
+        # deletes it, owner or not; one a user made is never deleted
+        made_by_us = owned or str(lb.get("name") or "").startswith(OCCM_PREFIX)
+        if made_by_us and not others:
             await self._delete_owned(p, lb, keep_fip=p.keep_floating_ip)
             raise self._pending(service, f"load balancer {lb_id} is being deleted")
         # shared, or made by someone else: only this Service's listeners and its tag
