@@ -296,7 +296,7 @@ async def running(
             f"--controllers={CONTROLLERS}",
             f"--cluster-name={c.cluster}",
             *flags,
-            registry=c.registry,
+            registry=CollectorRegistry(),  # one per replica: metrics are registered anew
             identity=f"ccm-{c.cluster}",
             now=lambda: dt.datetime.now(dt.UTC),
         ) as serving:
