@@ -266,7 +266,7 @@ async def open_lb_cluster(
     world: Any, tmp_path: Path, cluster: str, **lb_keys: str
 ) -> AsyncIterator[LbCluster]:
     api = ApiServer(seed=1)
-    tmp_path.mkdir(parents=True, exist_ok=True)
+    await trio.Path(tmp_path).mkdir(parents=True, exist_ok=True)
     keys = {"subnet-id": world.subnet_id, "floating-network-id": world.external_network_id}
     keys.update(lb_keys)
     conf = world.write_cloud_conf(tmp_path / "cloud.conf", extra={"LoadBalancer": keys})
