@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from trio_ccm.cloud.openstack.config import parse_cloud_config  # noqa: E402
 from trio_ccm.cloud.openstack.provider import OpenStackProvider  # noqa: E402
 from trio_ccm.testing import make_node, make_service  # noqa: E402
-from trio_ccm.testing.apiserver import ApiServer  # noqa: E402
+from trio_ccm.testing.apiserver import ApiError, ApiServer  # noqa: E402
 from trio_ccm.testing.harness import run_ccm  # noqa: E402
 
 OCCM_POLLS = [0, 1, 2.2, 3.6, 5.4, 7.4, 9.9, 12.9, 16.5, 20.8, 26.0, 32.2, 39.6, 48.5, 59.2, 72.0]
@@ -202,10 +202,15 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
                 ).raise_for_status()
 
         def deleted() -> bool:
-            try:
-                return not api.list("v1", "Service", namespace="default")["items"]
-            except Exception:
+            for name in ["single", *names]:
+                try:
+                    api.get("v1", "Service", name, namespace="default")
+                except ApiError as exc:
+                    if exc.code == 404:
+                        continue
+                    raise
                 return False
+            return True
 
         await wait(deleted, 900)
         nursery.cancel_scope.cancel()

@@ -102,6 +102,9 @@ class LbCluster:
             return None
         return found
 
+    def gone(self, name: str) -> bool:
+        return self.service(name) is None
+
     def ingress(self, name: str) -> list[dict[str, Any]]:
         svc = self.service(name) or {}
         return list(svc.get("status", {}).get("loadBalancer", {}).get("ingress") or [])
@@ -306,5 +309,5 @@ async def running(
             await provider.aclose()
 
 
-def annotations(**kw: str) -> Mapping[str, str]:
+def lb_annotations(**kw: str) -> Mapping[str, str]:
     return {f"loadbalancer.openstack.org/{k.replace('_', '-')}": v for k, v in kw.items()}

@@ -6,13 +6,14 @@ one Warning Event and nothing in Octavia, and deleting them all leaves nothing."
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from tests.openstack.lbworld import annotations, open_lb_cluster, running, sdk_call, until
+from tests.openstack.lbworld import lb_annotations, open_lb_cluster, running, sdk_call, until
 from trio_ccm.cloud.openstack.lbconfig import INTERNAL
 
 SERVICES = ("local", "ranges", "xff", "udp", "proxy", "internal")
@@ -44,7 +45,7 @@ async def test_annotations_shape_the_load_balancers(openstack: Any, tmp_path: Pa
                     node_ports=(30182,),
                     loadBalancerSourceRanges=["10.9.0.0/16", "192.0.2.7/32"],
                     sessionAffinity="ClientIP",
-                    annotations=annotations(
+                    annotations=lb_annotations(
                         connection_limit="100",
                         timeout_client_data="1000",
                         timeout_member_connect="2000",
@@ -54,7 +55,7 @@ async def test_annotations_shape_the_load_balancers(openstack: Any, tmp_path: Pa
                     ),
                 )
                 c.create_service(
-                    "xff", node_ports=(30183,), annotations=annotations(x_forwarded_for="true")
+                    "xff", node_ports=(30183,), annotations=lb_annotations(x_forwarded_for="true")
                 )
                 c.create_service(
                     "udp",
@@ -62,18 +63,20 @@ async def test_annotations_shape_the_load_balancers(openstack: Any, tmp_path: Pa
                         {"name": "dns", "port": 53, "protocol": "UDP", "nodePort": 30184},
                         {"name": "tcp", "port": 53, "protocol": "TCP", "nodePort": 30185},
                     ],
-                    annotations=annotations(enable_health_monitor="true", health_monitor_delay="7"),
+                    annotations=lb_annotations(
+                        enable_health_monitor="true", health_monitor_delay="7"
+                    ),
                 )
                 c.create_service(
-                    "proxy", node_ports=(30186,), annotations=annotations(proxy_protocol="true")
+                    "proxy", node_ports=(30186,), annotations=lb_annotations(proxy_protocol="true")
                 )
                 c.create_service("internal", node_ports=(30187,), annotations={INTERNAL: "true"})
                 c.create_service(
-                    "bad", node_ports=(30188,), annotations=annotations(keep_floatingip="yes")
+                    "bad", node_ports=(30188,), annotations=lb_annotations(keep_floatingip="yes")
                 )
                 for name in SERVICES:
-                    await until(lambda name=name: c.ingress(name), what=name)
-                trees = {n: await sdk_call(lambda n=n: c.read_lb(n)) for n in SERVICES}
+                    await until(partial(c.ingress, name), what=name)
+                trees = {n: await sdk_call(partial(c.read_lb, n)) for n in SERVICES}
                 ips = {n: c.node_ips[n] for n in nodes}
 
                 local = trees["local"]["listeners"][("TCP", 80)]["pool"]
@@ -128,6 +131,6 @@ async def test_annotations_shape_the_load_balancers(openstack: Any, tmp_path: Pa
                 for name in (*SERVICES, "bad"):
                     await c.delete(name)
                 for name in (*SERVICES, "bad"):
-                    await until(lambda name=name: c.service(name) is None, what=name)
+                    await until(partial(c.gone, name), what=name)
                 for name in SERVICES:
-                    assert await sdk_call(lambda name=name: c.leftovers(name)) == []
+                    assert await sdk_call(partial(c.leftovers, name)) == []

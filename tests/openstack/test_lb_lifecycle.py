@@ -8,6 +8,7 @@ floating IP whose Service went while no replica ran."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 import trio
 
 from tests.openstack.lbworld import (
-    annotations,
+    lb_annotations,
     open_lb_cluster,
     provider_for,
     running,
@@ -57,12 +58,12 @@ async def test_shared_adopted_and_kept(openstack: Any, tmp_path: Path) -> None:
                     "adopt", node_ports=(30282,), loadBalancerIP=user_fip.floating_ip_address
                 )
                 c.create_service(
-                    "keep", node_ports=(30283,), annotations=annotations(keep_floatingip="true")
+                    "keep", node_ports=(30283,), annotations=lb_annotations(keep_floatingip="true")
                 )
                 for name in ("owner", "adopt", "keep"):
-                    await until(lambda name=name: c.ingress(name))
+                    await until(partial(c.ingress, name))
                 owner = await sdk_call(lambda: c.read_lb("owner"))
-                shared = annotations(load_balancer_id=owner["id"])
+                shared = lb_annotations(load_balancer_id=owner["id"])
                 c.create_service(
                     "guest",
                     ports=[{"name": "g", "port": 8080, "protocol": "TCP", "nodePort": 30284}],
@@ -116,16 +117,16 @@ async def test_shared_adopted_and_kept(openstack: Any, tmp_path: Path) -> None:
                 for name in ("owner", "adopt", "keep"):
                     await c.delete(name)
                 for name in ("owner", "adopt", "keep", "third"):
-                    await until(lambda name=name: c.service(name) is None)
+                    await until(partial(c.gone, name))
         for name in ("owner", "guest", "adopt"):
-            assert await sdk_call(lambda name=name: c.leftovers(name)) == []
+            assert await sdk_call(partial(c.leftovers, name)) == []
         # the kept and the adopted floating IPs survive, detached
         left = await sdk_call(lambda: conn.network.get_ip(kept[0]["id"]))
         assert left.port_id is None
         adopted = await sdk_call(lambda: conn.network.get_ip(user_fip.id))
         assert adopted.port_id is None
         for fip_id in (kept[0]["id"], user_fip.id):
-            await sdk_call(lambda fip_id=fip_id: conn.network.delete_ip(fip_id))
+            await sdk_call(partial(conn.network.delete_ip, fip_id))
         assert await sdk_call(lambda: c.leftovers("keep")) == []
 
 
@@ -140,7 +141,7 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
                 for name in ("one", "two"):
                     c.create_service(name, node_ports=(30291 if name == "one" else 30292,))
                 for name in ("one", "two"):
-                    await until(lambda name=name: c.ingress(name))
+                    await until(partial(c.ingress, name))
             fresh = provider_for(c, identity="cluster-a")
             async with running(c, provider=fresh):
 
