@@ -255,7 +255,7 @@ class OpenStackInstances:
         self._flavors: dict[str, str] = {}
         self._flavor_lock = trio.Lock()
         self.addresses: dict[str, tuple[NodeAddress, ...]] = {}
-        """The last addresses seen per server name (routes map next hops with it)."""
+        """The last addresses answered per Node name (routes map next hops with it)."""
 
     @property
     def region(self) -> str:
@@ -397,7 +397,7 @@ class OpenStackInstances:
                         )
                 view = {**server, "addresses": merged}
             addresses = node_addresses(view, server_ports, self._networking)
-            self.addresses[str(server.get("name"))] = addresses
+            self.addresses[node.name] = addresses
             answer[node.name] = self._metadata(node, server, flavors, addresses)
         return answer
 
@@ -473,6 +473,10 @@ class OpenStackInstances:
                         servers=[s.get("id") for s in named],
                         fix="rename all but one, or give the Node a provider ID",
                     )
+        answered = {node.name for node, _ in pairs}
+        for node, _ in wanted:
+            if node.name not in answered:
+                self.addresses.pop(node.name, None)  # no server: its addresses are no hop
         return await self._describe(pairs)
 
     # -- Instances ------------------------------------------------------------------------

@@ -84,7 +84,16 @@ class OpenStackProvider:
             if lb_options.enabled
             else None
         )
-        self.routes: Routes | None = None
+        # The controllers are chosen before initialize(): with a router-id the routes exist
+        # from the start; initialize() reads which Neutron extensions they may use.
+        self._routes: OpenStackRoutes | None = None
+        if config.router_id:
+            self._routes = OpenStackRoutes(
+                self.client, config.router_id, self._instances, atomic=False, address_pairs=False
+            )
+        else:
+            log.info("openstack.routes-off", reason="[Route] router-id is not set")
+        self.routes: Routes | None = self._routes
         self.extensions: frozenset[str] = frozenset()
         for warning in config.warnings:
             log.warning("openstack.config", warning=warning)
@@ -107,27 +116,20 @@ class OpenStackProvider:
         self._set_routes()
 
     def _set_routes(self) -> None:
-        router = self.config.router_id
-        atomic = "extraroute-atomic" in self.extensions
-        if not router:
-            log.info("openstack.routes-off", reason="[Route] router-id is not set")
-            self.routes = None
+        routes = self._routes
+        if routes is None:
             return
-        if not atomic and "extraroute" not in self.extensions:
-            log.warning(
-                "openstack.routes-off",
-                reason="Neutron has neither the extraroute nor the extraroute-atomic extension",
-                router=router,
-            )
-            self.routes = None
-            return
-        self.routes = OpenStackRoutes(
-            self.client,
-            router,
-            self._instances,
-            atomic=atomic,
-            address_pairs="allowed-address-pairs" in self.extensions,
+        routes.atomic = "extraroute-atomic" in self.extensions
+        routes.address_pairs = "allowed-address-pairs" in self.extensions
+        routes.unavailable = (
+            ""
+            if routes.atomic or "extraroute" in self.extensions
+            else "Neutron has neither the extraroute nor the extraroute-atomic extension, so "
+            "the router cannot hold pod routes: enable one, or delete [Route] router-id and "
+            "run with --configure-cloud-routes=false"
         )
+        if routes.unavailable:
+            log.error("openstack.routes-unavailable", router=routes.router_id)
 
     async def aclose(self) -> None:
         await self.client.aclose()

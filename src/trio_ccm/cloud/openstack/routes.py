@@ -17,8 +17,9 @@
   port security is off, so port security does not drop pod traffic; the PUT carries
   `If-Match: revision_number=N` so a concurrent edit of the port is never overwritten.
 - **delete**: the mirror (`remove_extraroutes`, batched), then the pair is removed.
-- No routes at all (the capability is None) when `router-id` is unset or Neutron has
-  neither extension (OCCM's condition).
+- No routes at all (the capability is None) when `router-id` is unset. When Neutron has
+  neither extension (OCCM then offers no routes), every call fails naming the fix: the
+  controllers are chosen before the provider can ask Neutron.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class OpenStackRoutes:
         self._instances = instances
         self.atomic = atomic
         self.address_pairs = address_pairs
+        self.unavailable = ""
+        """Why the router cannot take routes ("" when it can), from Neutron's extensions."""
         self._networks: tuple[str, ...] = ()
         self._rmw_lock = trio.Lock()
         self._adds = _Coalescer(self._add)
@@ -141,6 +144,8 @@ class OpenStackRoutes:
         return f"/v2.0/routers/{self.router_id}"
 
     async def _router(self) -> dict[str, Any]:
+        if self.unavailable:
+            raise RouteError(self.unavailable, path=self._router_path)
         answer = await self._client.request("network", "GET", self._router_path)
         router = answer.get("router") if isinstance(answer, Mapping) else None
         if not isinstance(router, dict):
@@ -212,29 +217,31 @@ class OpenStackRoutes:
             await self._pair(hop, route.destination_cidr, add=True)
 
     async def delete_route(self, cluster: str, route: Route) -> None:
-        """Remove the route (batched), then its allowed address pair."""
-        hop = route.target_node
-        if not route.blackhole:
-            hop = _first_internal(route.target_node_addresses, route.destination_cidr) or ""
-            if not hop:
-                owners = {n: a for a, n in self._owners().items()}
-                hop = owners.get(route.target_node, "")
-        if not hop:
-            # The router's own entry names it: find it by destination.
-            router = await self._router()
-            hop = next(
-                (
-                    str(r.get("nexthop"))
-                    for r in router.get("routes") or ()
-                    if isinstance(r, Mapping) and r.get("destination") == route.destination_cidr
-                ),
-                "",
-            )
-            if not hop:
-                return  # gone already
-        await self._removes.submit({"destination": route.destination_cidr, "nexthop": hop})
+        """Remove the route's router entries (batched), then their allowed address pairs.
+
+        The entries are read from the router: those to the route's destination whose next
+        hop is the Node's (any of its addresses; a blackhole's target is its next hop), or
+        every entry to the destination when none is."""
+        router = await self._router()
+        entries = [
+            {"destination": str(r.get("destination")), "nexthop": str(r.get("nexthop"))}
+            for r in router.get("routes") or ()
+            if isinstance(r, Mapping) and r.get("destination") == route.destination_cidr
+        ]
+        if not entries:
+            return  # gone already
+        if route.blackhole:
+            known = {route.target_node}
+        else:
+            known = {a.address for a in route.target_node_addresses} | {
+                address for address, node in self._owners().items() if node == route.target_node
+            }
+        chosen = [e for e in entries if e["nexthop"] in known] or entries
+        for entry in chosen:
+            await self._removes.submit(entry)
         if self.address_pairs and not route.blackhole:
-            await self._pair(hop, route.destination_cidr, add=False)
+            for entry in chosen:
+                await self._pair(entry["nexthop"], route.destination_cidr, add=False)
 
     # -- the router -----------------------------------------------------------------------
     async def _add(self, items: list[dict[str, str]]) -> None:
@@ -296,6 +303,8 @@ class OpenStackRoutes:
                 "ports",
                 params={"fixed_ips": f"ip_address={hop}", "network_id": list(self._networks)},
             )
+            if not found and not add:
+                return  # the port is gone with its server: no pair to remove
             if len(found) != 1:
                 raise RouteError(
                     f"{len(found)} ports hold the next hop {hop} on the router's networks "
