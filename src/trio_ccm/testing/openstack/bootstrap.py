@@ -28,7 +28,9 @@ __all__ = [
     "FLAVORS",
     "IMAGE",
     "Resources",
+    "catalog",
     "identity",
+    "project_id",
     "resources",
     "wait_compute",
 ]
@@ -103,9 +105,24 @@ def identity(admin: Rest, layout: Layout) -> dict[str, str]:
             admin.put(
                 "identity", f"/projects/{project['id']}/users/{user['id']}/roles/{roles[role]}"
             )
+    catalog(admin, layout)
+    return {"service": service_project["id"], CCM_PROJECT: k8s["id"]}
+
+
+def catalog(admin: Rest, layout: Layout) -> None:
+    """The catalog's services and endpoints set to `layout`'s ports (a restored dump may
+    hold another world's)."""
     for kind, name, _ in CATALOG:
         _catalog_entry(admin, layout, kind, name)
-    return {"service": service_project["id"], CCM_PROJECT: k8s["id"]}
+
+
+def project_id(admin: Rest, name: str) -> str:
+    """The ID of project `name` (which must exist)."""
+    found = _one(admin.get("identity", "/projects", name=name)["projects"], f"project {name!r}")
+    if found is None:
+        raise RuntimeError(f"project {name!r} is missing: delete the saved dump to rebuild it")
+    project: str = found["id"]
+    return project
 
 
 def _catalog_entry(admin: Rest, layout: Layout, kind: str, name: str) -> None:

@@ -161,6 +161,8 @@ class OpenStackFleet:
             try:
                 await self.refresh()
             except Exception as exc:
+                # Cancelled meanwhile (the world stopping under the refresh): no warning.
+                await trio.lowlevel.checkpoint_if_cancelled()
                 log.warning("fleet.refresh-failed", error=f"{type(exc).__name__}: {exc}")
 
     def _read(self) -> tuple[tuple[Server, ...], tuple[FleetRoute, ...]]:

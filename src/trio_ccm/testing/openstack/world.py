@@ -8,9 +8,11 @@
    dist-info folder for their entry points), fernet and credential keys, Octavia's CA;
 3. starts MariaDB (a fresh datadir), epmd and RabbitMQ (every Erlang listener on the
    world's host), and fills the databases: from the saved dump when there is one for these
-   package versions (the cell mappings and the catalog are then set to this world's ports),
-   else by the services' own db syncs, after which the dump is saved for the next start;
-4. starts Keystone, creates the projects, users, roles and catalog, then starts Placement,
+   package versions (the cell mappings are then set to this world's ports), else by the
+   services' own db syncs;
+4. starts Keystone and creates the projects, users, roles and catalog, then saves the dump
+   for the next start (from a dump: only sets the catalog to this world's ports); starts
+   Placement,
    Glance, Neutron, Nova (api, conductor, scheduler, and compute with the fake driver) and
    Octavia (api, worker), waits until each answers, and checks that every socket each
    process group listens on is on the world's host;
@@ -53,7 +55,7 @@ from cryptography.x509.oid import NameOID
 
 from trio_ccm.testing.openstack import bootstrap
 from trio_ccm.testing.openstack.configs import write_configs
-from trio_ccm.testing.openstack.install import PACKAGES, ensure_installed
+from trio_ccm.testing.openstack.install import PACKAGES, Unavailable, ensure_installed
 from trio_ccm.testing.openstack.layout import Layout, Ports, cache_dir, is_loopback
 from trio_ccm.testing.openstack.processes import (
     MARKER,
@@ -74,7 +76,7 @@ __all__ = ["OpenStackWorld", "WorldBusyError", "default_root", "open_free_world"
 log = structlog.get_logger("trio_ccm.testing.openstack")
 
 SYSTEM_PYTHON: Final = "/usr/bin/python3"
-DUMP_FORMAT: Final = "1"  # bump when what the dump holds changes
+DUMP_FORMAT: Final = "2"  # bump when what the dump holds changes
 DATABASES: Final = (
     "keystone", "glance", "placement", "nova_api", "nova", "nova_cell0", "neutron", "octavia",
 )  # fmt: skip
@@ -165,6 +167,11 @@ class OpenStackWorld:
         """Bring the world up (module docstring); on failure, stop what was started."""
         started = time.monotonic()
         layout = self.layout
+        if os.geteuid() != 0:
+            raise Unavailable(
+                "the OpenStack test world runs MariaDB, RabbitMQ and the services as root "
+                "(as on CI): run the tests as root on Debian 12"
+            )
         for folder in (layout.root, layout.etc, layout.run, layout.logs, layout.data):
             folder.mkdir(parents=True, exist_ok=True)
         self._take_lock()
@@ -205,7 +212,12 @@ class OpenStackWorld:
             )
             self._wait_answering(["keystone"])
             with self._admin() as admin:
-                projects = bootstrap.identity(admin, layout)
+                if self.from_dump:
+                    bootstrap.catalog(admin, layout)
+                    ccm_project = bootstrap.project_id(admin, bootstrap.CCM_PROJECT)
+                else:
+                    ccm_project = bootstrap.identity(admin, layout)[bootstrap.CCM_PROJECT]
+                    self._save_dump()
         with self._phase("services"):
             self._wait_port("rabbitmq", layout.ports.amqp)
             self._start_services()
@@ -213,10 +225,10 @@ class OpenStackWorld:
             self._check_listeners()
         with self._phase("resources"), self._admin() as admin:
             bootstrap.wait_compute(admin, timeout_s=180.0)
-            made = bootstrap.resources(admin, project_id=projects[bootstrap.CCM_PROJECT])
+            made = bootstrap.resources(admin, project_id=ccm_project)
         self._proxy = ProxyThread(layout, self.faults)
         self._proxy.start()
-        self._fill_in(projects[bootstrap.CCM_PROJECT], made)
+        self._fill_in(ccm_project, made)
         self.timings_s["total"] = round(time.monotonic() - started, 1)
         log.info("openstack.up", root=str(layout.root), **self.timings_s)
 
@@ -610,6 +622,11 @@ class OpenStackWorld:
             return
         self.from_dump = False
         self._db_syncs()
+
+    def _save_dump(self) -> None:
+        """Dump the databases (schema, Keystone's users, roles, projects and catalog: taken
+        before any other service writes) for the next start."""
+        dump = self._dump_path()
         dump.parent.mkdir(parents=True, exist_ok=True)
         partial_dump = dump.with_suffix(f".{os.getpid()}.partial")
         with partial_dump.open("wb") as raw, gzip.open(raw, "wb", compresslevel=1) as out:
