@@ -17,7 +17,8 @@ Phases and figures:
 - `nodeset_calls`: after `added` Nodes join the `nodes`, the Octavia calls (by action)
   until every pool holds them (checked with openstacksdk); `nodeset_calls_per_lb`.
 - `restart_calls`: a new replica (a fresh provider: nothing in memory) takes over; its
-  Octavia calls (by action) until none came for 3 s; `restart_calls_per_lb`.
+  Octavia calls (by action) until none came for 10 s, started once every load balancer
+  is ACTIVE again after the node change; `restart_calls_per_lb`.
 - `occm_model_calls`: OCCM's algorithm (openstack-ccm-study §1.2.7, §4) for the same
   phases: create `7 + k` calls per Service with `k` its ACTIVE polls (1 s growing 1.2 times) for
   the measured single create time, serial at its default `--concurrent-service-syncs=1`
@@ -54,6 +55,7 @@ from trio_ccm.testing import make_node, make_service  # noqa: E402
 from trio_ccm.testing.apiserver import ApiError, ApiServer  # noqa: E402
 from trio_ccm.testing.harness import run_ccm  # noqa: E402
 
+QUIET_S = 10.0  # longer than the provider's longest PENDING backoff (8 s)
 OCCM_POLLS = [0, 1, 2.2, 3.6, 5.4, 7.4, 9.9, 12.9, 16.5, 20.8, 26.0, 32.2, 39.6, 48.5, 59.2, 72.0]
 OCCM_POLLS += [87.4, 105.9, 128.1, 154.7, 186.7, 225.0, 271.0]
 
@@ -175,6 +177,20 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
         figures["nodeset_calls"] = dict(sorted(calls.items()))
         lbs_total = args.services + 1
         figures["nodeset_calls_per_lb"] = round(sum(calls.values()) / lbs_total, 2)
+
+        def settled() -> bool:  # the member updates applied: every load balancer ACTIVE
+            prefix = f"kube_service_{cluster}_"
+            return all(
+                lb.provisioning_status == "ACTIVE"
+                for lb in admin.load_balancer.load_balancers()
+                if lb.name.startswith(prefix)
+            )
+
+        with trio.fail_after(900):
+            while True:
+                if await trio.to_thread.run_sync(settled):
+                    break
+                await trio.sleep(1.0)
         cancel.cancel()
     await provider.aclose()
 
@@ -184,7 +200,7 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
         await nursery.start(replica, fresh)
         last, quiet_since = 0, time.monotonic()
         with trio.fail_after(600):
-            while time.monotonic() - quiet_since < 3.0:
+            while time.monotonic() - quiet_since < QUIET_S:
                 await trio.sleep(0.2)
                 now = sum(octavia_calls(fresh).values())
                 if now != last:
