@@ -560,7 +560,9 @@ async def _open_openstack(
 ) -> tuple[Fleet, str, bytes]:
     """The OpenStack test world (started in a worker thread, stopped when `nursery` ends)
     with `nodes` servers booted, followed by an `OpenStackFleet`; the Keystone URL the CCM
-    uses and its OCCM-format cloud.conf (with [Route] router-id: the cluster router)."""
+    uses and its OCCM-format cloud.conf (with [Route] router-id: the cluster router;
+    [LoadBalancer] subnet-id and floating-network-id: the Nodes' subnet, the external
+    network)."""
     from trio_ccm_testbed.openstack import OpenStackWorld, Unavailable, open_free_world
     from trio_ccm_testbed.openstack.fleet import OpenStackFleet
 
@@ -595,7 +597,14 @@ async def _open_openstack(
     await fleet.add_servers(nodes)
     await nursery.start(fleet.serve)
     path = world.write_cloud_conf(
-        world.root / "cloud-testbed.conf", extra={"Route": {"router-id": world.router_id}}
+        world.root / "cloud-testbed.conf",
+        extra={
+            "Route": {"router-id": world.router_id},
+            "LoadBalancer": {
+                "subnet-id": world.subnet_id,
+                "floating-network-id": world.external_network_id,
+            },
+        },
     )
     return fleet, world.auth_url, path.read_bytes()
 

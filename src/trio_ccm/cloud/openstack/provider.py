@@ -17,6 +17,8 @@ from trio_ccm.cloud.openstack.errors import (
     OpenStackThrottledError,
 )
 from trio_ccm.cloud.openstack.instances import OpenStackInstances
+from trio_ccm.cloud.openstack.lbconfig import LbOptions
+from trio_ccm.cloud.openstack.loadbalancers import OpenStackLoadBalancers
 from trio_ccm.cloud.openstack.routes import OpenStackRoutes
 from trio_ccm.cloud.provider import Instances, LoadBalancers, Routes
 from trio_ccm.logs import get_logger
@@ -52,8 +54,11 @@ class OpenStackProvider:
     """The `openstack` provider: Nova instances (with bulk lookups) and Neutron routes.
 
     `environ` replaces the process environment (`OS_CCM_REGIONAL`); `transport` the
-    network. `initialize()` authenticates and reads Neutron's extensions (routes exist
-    only with `[Route] router-id` and the extraroute extension, as in OCCM).
+    network; `cluster_identity` tells this cluster's load balancers from another's with the
+    same `--cluster-name` (the kube-system namespace UID; "" adopts by name, as OCCM).
+    `initialize()` authenticates and reads Neutron's extensions (routes exist only with
+    `[Route] router-id` and the extraroute extension, as in OCCM). Load balancers (Octavia)
+    are there unless `[LoadBalancer] enabled = false`.
     """
 
     name = "openstack"
@@ -64,6 +69,7 @@ class OpenStackProvider:
         *,
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        cluster_identity: str = "",
     ) -> None:
         env = os.environ if environ is None else environ
         self.config = config
@@ -72,7 +78,12 @@ class OpenStackProvider:
         self._instances = OpenStackInstances(self.client, config, regional=self.regional)
         # Typed as the protocol declares them: its attributes are settable, hence invariant.
         self.instances: Instances | None = self._instances
-        self.load_balancers: LoadBalancers | None = None
+        lb_options = LbOptions.from_config(config)  # a bad [LoadBalancer] key fails here
+        self.load_balancers: LoadBalancers | None = (
+            OpenStackLoadBalancers(self.client, lb_options, cluster_identity=cluster_identity)
+            if lb_options.enabled
+            else None
+        )
         # The controllers are chosen before initialize(): with a router-id the routes exist
         # from the start; initialize() reads which Neutron extensions they may use.
         self._routes: OpenStackRoutes | None = None

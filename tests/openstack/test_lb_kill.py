@@ -1,0 +1,108 @@
+"""`kill -9` of a real `trio-ccm --cloud-provider=openstack` process while a load balancer is
+being made or deleted (the fault proxy holds the chosen call in flight): once a new
+process runs and the Service is deleted, Octavia and Neutron hold nothing made for it."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+
+from tests.helpers.processes import CLI, free_port
+from tests.openstack.lbworld import LbCluster, open_lb_cluster, sdk_call, until
+from trio_ccm_testbed.apiserver import Listening, serve_apiserver
+
+# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
+# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:unclosed <socket:ResourceWarning",
+    "ignore::pytest.PytestUnraisableExceptionWarning",
+)
+
+
+@asynccontextmanager
+async def ccm_process(
+    c: LbCluster, tmp_path: Path, kubeconfig: Path, name: str
+) -> AsyncIterator[trio.Process]:
+    """A `trio-ccm` process with the service controller for the block (killed at its end
+    if still running); stderr in `tmp_path / name`."""
+    argv = [
+        *CLI,
+        "--cloud-provider=openstack",
+        f"--cloud-config={c.conf}",
+        f"--kubeconfig={kubeconfig}",
+        "--controllers=service-lb-controller",
+        f"--cluster-name={c.cluster}",
+        "--leader-elect=false",
+        f"--secure-port={free_port()}",
+        "--bind-address=127.0.0.1",
+    ]
+    environ = {**os.environ, "HOME": str(tmp_path)}
+    with (tmp_path / name).open("wb") as err:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                partial(trio.run_process, argv, env=environ, stderr=err, check=False)
+            )
+            try:
+                yield process
+            finally:
+                if process.returncode is None:
+                    process.kill()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "deleting"),
+    [
+        pytest.param("POST", r"/lbaas/pools$", False, id="mid-create"),
+        pytest.param("DELETE", r"/v2\.0/floatingips/", True, id="mid-delete"),
+    ],
+)
+async def test_kill_9_midway_then_a_new_process_leaves_nothing(
+    openstack: Any, tmp_path: Path, method: str, path: str, deleting: bool
+) -> None:
+    """SIGKILL while `method path` is held in flight, the Service deleted, a new process
+    started: the Service goes and nothing made for it is left."""
+    service = "network" if "floatingips" in path else "load-balancer"
+    cluster = "lbkill" + ("d" if deleting else "c")
+    async with open_lb_cluster(openstack, tmp_path, cluster) as c:
+        c.add_nodes(2)
+        with trio.fail_after(900):
+            async with trio.open_nursery() as nursery:
+                listening: Listening = await nursery.start(
+                    partial(serve_apiserver, c.api, host="127.0.0.1", port=0)
+                )
+                kubeconfig = tmp_path / "kubeconfig"
+                kubeconfig.write_text(yaml.safe_dump(listening.kubeconfig()))
+                async with ccm_process(c, tmp_path, kubeconfig, "first.err") as first:
+                    if not deleting:
+                        openstack.faults.add(service, method=method, path=path, delay_s=30)
+                    c.create_service("web", node_ports=(30580,))
+                    if deleting:
+                        await until(lambda: c.ingress("web"))
+                        openstack.faults.add(service, method=method, path=path, delay_s=30)
+                        await c.delete("web")
+                    await until(lambda: openstack.faults.seen(service, method, path))
+                    first.send_signal(signal.SIGKILL)
+                    await first.wait()
+                assert first.returncode == -signal.SIGKILL
+                assert await sdk_call(lambda: c.leftovers("web")) != []
+                if not deleting:
+                    await c.delete("web")
+                assert c.service("web") is not None  # the finalizer holds it
+                async with ccm_process(c, tmp_path, kubeconfig, "second.err"):
+
+                    async def emptied() -> bool:
+                        if c.service("web") is not None:
+                            return False
+                        return await sdk_call(lambda: c.leftovers("web")) == []
+
+                    await until(emptied)
+                nursery.cancel_scope.cancel()
