@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.aws.test_load_balancers import NAME, lbs_of, service
-from tests.helpers.aws import CLUSTER_ID, open_provider
+from tests.helpers.aws import CLUSTER_ID, NAME, lbs_of, open_provider, service
 from trio_ccm.cloud.aws import AwsProvider
 from trio_ccm.cloud.aws.loadbalancers import nlb_group_name
 from trio_ccm.cloud.provider import NodeInfo, ServicePort

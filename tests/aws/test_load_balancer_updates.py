@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.aws.test_load_balancers import NAME, lbs_of, nodes, service
-from tests.helpers.aws import CLUSTER_ID, open_provider, serve_wsgi
+from tests.helpers.aws import CLUSTER_ID, NAME, lbs_of, nodes, open_provider, serve_wsgi, service
 from trio_ccm.cloud.aws import AwsProvider
 from trio_ccm.cloud.provider import LoadBalancerInventory, ServicePort, ServiceRefused
 from trio_ccm_testbed.aws import Balancing, World, balancing, certificate

@@ -7,44 +7,19 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.helpers.aws import CLUSTER_ID
+from tests.helpers.aws import CLUSTER_ID, NAME, UID, lbs_of, nodes, service
 from trio_ccm.cloud.aws import AwsProvider
 from trio_ccm.cloud.aws.annotations import TYPE
 from trio_ccm.cloud.provider import (
     ImplementedElsewhere,
     LoadBalancerInventory,
-    LoadBalancers,
-    NodeInfo,
-    ServiceInfo,
     ServicePort,
     ServiceRefused,
 )
 from trio_ccm.errors import RetryAfter
-from trio_ccm_testbed.aws import Fault, Instance, World, balancing
+from trio_ccm_testbed.aws import Fault, World, balancing
 
 NLB = {TYPE: "nlb"}
-UID = "11111111-2222-3333-4444-555555555555"
-NAME = "a11111111222233334444555555555555"[:32]
-
-
-def lbs_of(provider: AwsProvider) -> LoadBalancers:
-    assert provider.load_balancers is not None
-    return provider.load_balancers
-
-
-def service(**tweaks: object) -> ServiceInfo:
-    fields: dict[str, object] = {
-        "namespace": "default",
-        "name": "web",
-        "uid": UID,
-        "ports": (ServicePort("http", "TCP", 80, 30080),),
-    }
-    fields.update(tweaks)
-    return ServiceInfo(**fields)  # type: ignore[arg-type]
-
-
-def nodes(instances: list[Instance]) -> list[NodeInfo]:
-    return [NodeInfo(i.private_dns_name, provider_id=i.provider_id) for i in instances]
 
 
 async def test_a_classic_elb_is_made_updated_by_difference_and_deleted(

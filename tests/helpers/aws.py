@@ -20,6 +20,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from trio_ccm.cloud.aws import AwsProvider, parse_cloud_config
+from trio_ccm.cloud.provider import LoadBalancers, NodeInfo, ServiceInfo, ServicePort
 from trio_ccm.supervisor import Serving
 from trio_ccm.testing.harness import run_ccm
 from trio_ccm_testbed.apiserver import ApiServer
@@ -193,3 +194,28 @@ async def until(check: Callable[[], Awaitable[bool] | bool]) -> None:
         if await result if not isinstance(result, bool) else result:
             return
         await trio.sleep(POLL_S)
+
+
+# -- load-balancer builders shared by the aws load-balancer suites --------------------------
+UID = "11111111-2222-3333-4444-555555555555"
+NAME = "a11111111222233334444555555555555"[:32]
+
+
+def lbs_of(provider: AwsProvider) -> LoadBalancers:
+    assert provider.load_balancers is not None
+    return provider.load_balancers
+
+
+def service(**tweaks: object) -> ServiceInfo:
+    fields: dict[str, object] = {
+        "namespace": "default",
+        "name": "web",
+        "uid": UID,
+        "ports": (ServicePort("http", "TCP", 80, 30080),),
+    }
+    fields.update(tweaks)
+    return ServiceInfo(**fields)  # type: ignore[arg-type]
+
+
+def nodes(instances: list[Instance]) -> list[NodeInfo]:
+    return [NodeInfo(i.private_dns_name, provider_id=i.provider_id) for i in instances]
