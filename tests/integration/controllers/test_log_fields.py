@@ -11,7 +11,14 @@ from tests.helpers.world import open_world
 from trio_ccm.testing import make_service, wait_for
 
 # Lines a replica logs outside any controller (start-up, caches, the Lease, Event writes).
-PROCESS_EVENTS = {"ccm.started", "ccm.stopped", "ccm.shutting-down"}
+# The start-up probe of the cloud runs on every replica, before any controller.
+PROCESS_EVENTS = {
+    "ccm.started",
+    "ccm.stopped",
+    "ccm.shutting-down",
+    "cloud.reachable",
+    "cloud.unreachable",
+}
 PROCESS_PREFIXES = ("informer.", "watch.", "lease.", "event.", "http.")
 
 
