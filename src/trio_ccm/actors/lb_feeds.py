@@ -51,7 +51,8 @@ class LbFeeds:
         self.nodes = StableNodes(ctx.nodes)
         self.node_sync = NodeSyncLatency(metrics)
         self.rechecks: Rechecks[str] = Rechecks()
-        self.orphans: dict[str, Service] = {}  # forgotten while a call may still land
+        # Forgotten while a call may still land: the Service as last handled, and until when.
+        self.orphans: dict[str, tuple[Service, float]] = {}
 
     def record(self, key: str) -> Record:
         found = self.records.get(key)
@@ -73,11 +74,9 @@ class LbFeeds:
             and until is not None
             and until > trio.current_time()
         ):
-            self.orphans[key] = record.handled
+            self.orphans[key] = (record.handled, until)
             self.rechecks.at(key, until)
-            return
-        self.orphans.pop(key, None)
-        self.rechecks.forget(key)
+        # An orphan's check from an earlier record stays: its call may land all the same.
 
     def send(self, key: str, message: Message[Service]) -> None:
         """Hand a message to the Service's actor (a Changed overtaking a Reverify on its way
@@ -169,9 +168,11 @@ class LbFeeds:
         orphan = self.orphans.pop(key, None)
         service = self.ctx.services.get(key)
         if orphan is not None and (service is None or not wants_load_balancer(service)):
+            handled, until = orphan
             record = self.record(key)
-            record.handled, record.orphaned = orphan, True
-            self.send(key, Gone(orphan))
+            record.handled, record.orphaned = handled, True
+            record.unknown_until = max(record.unknown_until or until, until)
+            self.send(key, Gone(handled))
             return
         self.reverify(key)
 
