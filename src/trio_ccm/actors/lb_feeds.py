@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import trio
+
 from trio_ccm.actors.controller import ControllerContext
 from trio_ccm.actors.keyed import KeyedActors, Message, Reverify
 from trio_ccm.actors.lb_metrics import NodeSyncLatency, ServiceMetrics
@@ -49,6 +51,8 @@ class LbFeeds:
         self.nodes = StableNodes(ctx.nodes)
         self.node_sync = NodeSyncLatency(metrics)
         self.rechecks: Rechecks[str] = Rechecks()
+        # Forgotten while a call may still land: the Service as last handled, and until when.
+        self.orphans: dict[str, tuple[Service, float]] = {}
 
     def record(self, key: str) -> Record:
         found = self.records.get(key)
@@ -57,11 +61,22 @@ class LbFeeds:
         return found
 
     def forget(self, key: str) -> None:
-        """The one way a Service leaves this term's bookkeeping."""
-        self.records.pop(key, None)
+        """The one way a Service leaves this term's bookkeeping. A call for it whose outcome
+        is unknown may still land (and make a load balancer nobody wants): its late-landing
+        check stays, with the Service as last handled (`orphans`)."""
+        record = self.records.pop(key, None)
         self.deferred.pop(key, None)
-        self.rechecks.forget(key)
         self.node_sync.done(key)
+        until = record.unknown_until if record is not None else None
+        if (
+            record is not None
+            and record.handled is not None
+            and until is not None
+            and until > trio.current_time()
+        ):
+            self.orphans[key] = (record.handled, until)
+            self.rechecks.at(key, until)
+        # An orphan's check from an earlier record stays: its call may land all the same.
 
     def send(self, key: str, message: Message[Service]) -> None:
         """Hand a message to the Service's actor (a Changed overtaking a Reverify on its way
@@ -147,8 +162,18 @@ class LbFeeds:
 
     def recheck(self, key: str) -> None:
         """A call whose outcome was unknown can no longer land: ensure the load balancer
-        once more, so that a late landing over a later success is overwritten."""
+        once more, so that a late landing over a later success is overwritten; or, for a
+        Service forgotten meanwhile that wants none, delete what a late landing made."""
         log.info("service.late-landing-check", service=key)
+        orphan = self.orphans.pop(key, None)
+        service = self.ctx.services.get(key)
+        if orphan is not None and (service is None or not wants_load_balancer(service)):
+            handled, until = orphan
+            record = self.record(key)
+            record.handled, record.orphaned = handled, True
+            record.unknown_until = max(record.unknown_until or until, until)
+            self.send(key, Gone(handled))
+            return
         self.reverify(key)
 
     async def check_drift(self) -> None:

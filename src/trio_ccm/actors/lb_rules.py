@@ -193,3 +193,5 @@ class Record:
     """What the sync in flight is doing, for the failure's Event ("": syncing)."""
     gone: bool = False
     """The sync in flight handles a Gone (its failure is reported as a delete only)."""
+    orphaned: bool = False
+    """Re-made for a late-landing check of a Service forgotten: its load balancer may exist."""

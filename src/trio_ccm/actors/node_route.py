@@ -264,8 +264,9 @@ class _RouteTerm:
         self.rechecks: Rechecks[str] = Rechecks()  # one key: "pass"
 
     def note_unknown(self, started: float, exc: Exception | None) -> None:
-        """A route call's outcome is unknown: a pass once it can no longer land."""
-        if exc is not None and outcome_unknown(exc):
+        """A route call's outcome is unknown: a pass once it can no longer land (none when
+        nothing of it is still queued: a 5xx answer, say; the next period retries)."""
+        if exc is not None and outcome_unknown(exc) and late_landing_s(exc) > 0:
             self.rechecks.at("pass", started + late_landing_s(exc))
 
     def late_landing_over(self, _: str) -> None:

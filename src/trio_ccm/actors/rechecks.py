@@ -4,7 +4,7 @@ A mutating cloud call whose outcome is unknown (`OutcomeUnknownError`: it timed 
 its connection after sending, or got a 5xx after sending) may still be applied by the cloud
 until `late_landing_s` after it started. A controller that later succeeds on the same object
 cannot trust that success before then: the earlier call may land over it. `Rechecks.at(key,
-when)` asks for `due(key)` once at trio time `when` (the earliest one asked for wins), so
+when)` asks for `due(key)` once at trio time `when` (the latest one asked for wins), so
 the controller re-verifies the object once the earlier call can no longer land.
 
 One task (`serve`) for all keys; `forget(key)` drops a key's check.
@@ -65,8 +65,9 @@ class Rechecks(Generic[K]):
         self._wakeup = trio.Event()
 
     def at(self, key: K, when: float) -> None:
-        """Call `due(key)` at trio time `when` (or at the earlier moment already asked)."""
-        if self._due.get(key, math.inf) <= when:
+        """Call `due(key)` at trio time `when`, or at the later moment already asked: the
+        check is for when no earlier call can land any more."""
+        if self._due.get(key, -math.inf) >= when:
             return
         self._due[key] = when
         self._order += 1

@@ -217,7 +217,7 @@ class _LbTerm(LbFeeds):
         record = self.record(key)
         record.failing, record.gone = "", isinstance(message, Gone)
         if isinstance(message, Gone):
-            if record.handled is not None and record.synced is not None:
+            if record.handled is not None and (record.synced is not None or record.orphaned):
                 await self.delete_load_balancer(key, record, record.handled)
             self.forget(key)
             return None
@@ -283,7 +283,12 @@ class _LbTerm(LbFeeds):
         ref = service_ref(service)
         self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
         record.failing = "delete"  # a failure: DeleteLoadBalancerFailed (`failed`)
-        await self.lbs.ensure_load_balancer_deleted(self.cluster, service_info(service))
+        started = trio.current_time()
+        try:
+            await self.lbs.ensure_load_balancer_deleted(self.cluster, service_info(service))
+        except UNKNOWN_OUTCOMES as exc:
+            self.unknown(key, record, started, exc)
+            raise
         record.failing = ""
         self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
         log.info("service.load-balancer-deleted", service=key, uid=service.metadata.uid)
@@ -416,8 +421,13 @@ class _LbTerm(LbFeeds):
         if exists:
             self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
             record.failing = "failed to delete load balancer"
-            with contextlib.suppress(ImplementedElsewhere):
-                await self.lbs.ensure_load_balancer_deleted(self.cluster, info)
+            started = trio.current_time()
+            try:
+                with contextlib.suppress(ImplementedElsewhere):
+                    await self.lbs.ensure_load_balancer_deleted(self.cluster, info)
+            except UNKNOWN_OUTCOMES as exc:
+                self.unknown(key, record, started, exc)
+                raise
         record.failing = ""
         record.synced = None
         # The status first, then the finalizer (upstream does it the other way round): a

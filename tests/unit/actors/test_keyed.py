@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import structlog
@@ -671,3 +672,54 @@ def test_invalid_timeouts_are_refused() -> None:
         make(Recorder(), idle_timeout_s=-1.0)
     with pytest.raises(ValueError, match="grace_s=nan must be >= 0"):
         GracefulCancelScope().cancel(float("nan"))
+
+
+async def test_admission_maps_or_drops_updates_and_send_meets_them_in_one_inbox(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With `admit`, each update becomes the message its function returns (None drops it,
+    no child is spawned); `send` hands a controller's own messages to the same children,
+    coalesced with what is pending; `on_error` hears of each failed call."""
+    recorder = Recorder(script={"b": [BoomError("no"), None]})
+    failures: list[tuple[str, str]] = []
+    actors: KeyedActors[str, object] = KeyedActors(
+        "t",
+        recorder,
+        limiter=trio.CapacityLimiter(10),
+        backoff=Backoff(5.0, 300.0, jitter=0.0),
+        on_error=lambda key, exc: failures.append((key, str(exc))),
+    )
+    source: Mailbox[str, object] = Mailbox()
+    seen: list[tuple[str, object]] = []
+
+    def admit(key: str, update: object) -> object | None:
+        seen.append((key, update))
+        return None if key.startswith("skip") else f"msg:{update}"
+
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(actors.serve, source, admit=admit))
+            source.put("a", 1)
+            source.put("skip-me", 2)
+            source.put("b", 3)
+            await trio.sleep(1)
+            actors.send("a", "own")
+            await trio.sleep(10)
+            nursery.cancel_scope.cancel()
+    assert seen == [("a", 1), ("skip-me", 2), ("b", 3)]
+    assert sorted(recorder.calls, key=lambda c: (c[0], c[1])) == [
+        (0.0, "a", "msg:1"),
+        (0.0, "b", "msg:3"),
+        (1.0, "a", "own"),
+        (5.0, "b", "msg:3"),
+    ]
+    assert failures == [("b", "no")]
+
+
+async def test_send_without_admission_is_refused() -> None:
+    """`send` needs `serve(..., admit=...)` running: otherwise a clear RuntimeError."""
+    actors: KeyedActors[str, object] = KeyedActors(
+        "t", Recorder(), limiter=trio.CapacityLimiter(1), backoff=Backoff(5.0, 300.0)
+    )
+    with pytest.raises(RuntimeError, match=r"send\(\) needs serve\(\.\.\., admit=\.\.\.\)"):
+        actors.send("a", 1)

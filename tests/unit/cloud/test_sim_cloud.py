@@ -716,7 +716,7 @@ async def test_admin_api_manages_faults(
     assert (removed.status_code, removed_again.status_code) == (204, 404)
     assert elapsed == 0.0
     assert cleared.status_code == 204
-    assert after == {"rules": [], "consistencyDelaySeconds": 0.0}
+    assert after == {"rules": [], "consistencyDelaySeconds": 0.0, "held": 0, "landedLate": 0}
 
 
 async def test_admin_api_settings_calls_and_state(
@@ -746,6 +746,7 @@ async def test_admin_api_settings_calls_and_state(
         "lbProvisioningSeconds": 2.0,
         "terminatedRetentionSeconds": 3.0,
         "lbHostnames": True,
+        "holdSeconds": 0.0,
     }
     assert negative.status_code == 400
     assert calls == {

@@ -15,6 +15,15 @@ moment its Trio scope is (the Lease lost, a deadline). One `call()`:
    no AWS answer (`AwsServerError`). An expired session token refreshes the credentials
    once and retries.
 
+**Unknown outcomes** (issue 27): a mutating action (anything but `Describe*`, `List*`,
+`Get*` and STS) whose request went out and then timed out, lost its connection, or got a
+5xx is *not* retried here: AWS may still apply it, later than any retry, so it is raised at
+once as `AwsOutcomeUnknownError` (an `OutcomeUnknownError`, `late_landing_s` = the
+timeout + `LATE_LANDING_MARGIN_S`) and the controller re-verifies once it can no longer
+land. A failure before sending (connect error, connect or pool timeout) is retried as
+before; reads are retried as before. ELB/EC2 offer no precondition (ETag, revision) for
+these writes, so none is used.
+
 Throttling (`RequestLimitExceeded`, `Throttling`, HTTP 429, ...) is *not* retried here: it
 is raised at once as `AwsThrottledError`, a `ThrottledError`, so the shared cloud budget
 (`cloud/budget.py`) halves the method family's rate and the controller retries the object
@@ -45,13 +54,16 @@ from trio_ccm.cloud.aws.credentials import (
     RefreshingCredentials,
 )
 from trio_ccm.cloud.aws.errors import AwsError, AwsServerError, AwsThrottledError
+from trio_ccm.cloud.provider import OutcomeUnknownError
 from trio_ccm.logs import get_logger
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "LATE_LANDING_MARGIN_S",
     "PARSE_INLINE_MAX_BYTES",
     "SERVICES",
     "AwsClient",
+    "AwsOutcomeUnknownError",
     "ClientStatistics",
     "Endpoint",
     "endpoint_for",
@@ -64,6 +76,11 @@ SERVICES: Final = ("ec2", "elb", "elbv2", "sts")
 DEFAULT_TIMEOUT_S: Final = 30.0
 PARSE_INLINE_MAX_BYTES: Final = 32 * 1024
 """Answers larger than this (about 3 ms of parsing) are parsed in a worker thread."""
+LATE_LANDING_MARGIN_S: Final = 30.0
+"""How long after the client's timeout AWS may still apply a request it received (its
+API front ends queue briefly; no documented bound, so a generous one)."""
+_READ_PREFIXES: Final = ("Describe", "List", "Get")
+_NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _BACKOFF_BASE_S: Final = 0.2
 _BACKOFF_CAP_S: Final = 5.0
 _HOSTS: Final = {"ec2": "ec2", "elb": "elasticloadbalancing", "elbv2": "elasticloadbalancing"}
@@ -215,6 +232,10 @@ class AwsClient:
                 )
                 body = response.content
             except httpx.TransportError as exc:
+                if _mutating(service, action) and not isinstance(exc, _NOT_SENT):
+                    raise self._unknown(
+                        service, action, target, f"{endpoint.url}: {_explain(exc)}"
+                    ) from exc
                 error: AwsError = AwsServerError(
                     f"{endpoint.url} did not answer: {_explain(exc)}; check the network path "
                     "to AWS (VPC endpoints, proxy, security groups) or the endpoint override",
@@ -233,6 +254,8 @@ class AwsClient:
                 log.debug("aws.throttled", service=service, action=action, target=target)
                 raise
             except AwsServerError as exc:
+                if _mutating(service, action) and response.status_code >= 500:
+                    raise self._unknown(service, action, target, str(exc)) from exc
                 if attempt < self.max_attempts:
                     await self._retry(exc, attempt)
                     continue
@@ -258,6 +281,16 @@ class AwsClient:
                 took_s=trio.current_time() - started,
             )
             return answer
+
+    def _unknown(self, service: str, action: str, target: str, why: str) -> AwsOutcomeUnknownError:
+        return AwsOutcomeUnknownError(
+            f"{why}; the request was sent and AWS may still apply it, so it is not retried "
+            "here (the controller re-verifies)",
+            service=service,
+            action=action,
+            target=target,
+            late_landing_s=self.timeout_s + LATE_LANDING_MARGIN_S,
+        )
 
     async def _credentials(self, service: str) -> AwsCredentials:
         if self.credentials is None:
@@ -324,6 +357,27 @@ class AwsClient:
                     action=action,
                     target=target,
                 )
+
+
+class AwsOutcomeUnknownError(AwsServerError, OutcomeUnknownError):
+    """A mutating AWS call was sent and its outcome is unknown (see the module docstring)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        service: str,
+        action: str,
+        target: str = "",
+        late_landing_s: float | None = None,
+    ) -> None:
+        AwsServerError.__init__(self, message, service=service, action=action, target=target)
+        self.late_landing_s = late_landing_s
+
+
+def _mutating(service: str, action: str) -> bool:
+    """Whether `action` may change something in the account (STS only hands out tokens)."""
+    return service != "sts" and not action.startswith(_READ_PREFIXES)
 
 
 def _explain(exc: BaseException) -> str:
