@@ -39,7 +39,7 @@ from typing import Final
 import trio
 
 from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
-from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup
+from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message, Reverify
 from trio_ccm.actors.lb_feeds import LbFeeds
 from trio_ccm.actors.lb_metrics import ServiceMetrics
@@ -58,7 +58,7 @@ from trio_ccm.actors.lb_sweep import LeakSweep
 from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.rechecks import UNKNOWN_OUTCOMES, late_landing_s, outcome_unknown
 from trio_ccm.actors.stable_nodes import Backends
-from trio_ccm.actors.views import service_info, service_ref
+from trio_ccm.actors.views import service_info
 from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import ImplementedElsewhere, ServiceRefused, inventory
 from trio_ccm.errors import CcmError
@@ -180,17 +180,19 @@ class _LbTerm(LbFeeds):
         if record is None or service is None:
             return
         if record.failing == "delete":
-            self.ctx.events.warning(
-                service_ref(service),
-                REASON_DELETE_LB_FAILED,
-                f"Error deleting load balancer: {exc}",
+            warn(
+                self.ctx,
+                service,
+                reason=REASON_DELETE_LB_FAILED,
+                message=f"Error deleting load balancer: {exc}",
             )
         if not record.gone:
             prefix = "" if record.failing in ("", "delete") else f"{record.failing}: "
-            self.ctx.events.warning(
-                service_ref(service),
-                REASON_SYNC_LB_FAILED,
-                f"Error syncing load balancer: {prefix}{exc}",
+            warn(
+                self.ctx,
+                service,
+                reason=REASON_SYNC_LB_FAILED,
+                message=f"Error syncing load balancer: {prefix}{exc}",
             )
             self.node_sync.done(key, failed=True)
 
@@ -270,18 +272,18 @@ class _LbTerm(LbFeeds):
         """A Service no load balancer can be made for as written (our checks, or the
         provider's ServiceRefused): one Warning, one log line, no retry until it changes."""
         record.invalid = fingerprint(service)
-        self.ctx.events.warning(
-            service_ref(service),
-            REASON_SYNC_LB_FAILED,
-            f"Error syncing load balancer: {reason}; fix the Service, it is retried when it "
-            "changes",
+        warn(
+            self.ctx,
+            service,
+            reason=REASON_SYNC_LB_FAILED,
+            message=f"Error syncing load balancer: {reason}; fix the Service, it is retried "
+            "when it changes",
         )
         log.warning("service.refused", service=key, reason=reason)
 
     async def delete_load_balancer(self, key: str, record: Record, service: Service) -> None:
         """Upstream's processLoadBalancerDelete (Services without the finalizer)."""
-        ref = service_ref(service)
-        self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
+        info(self.ctx, service, reason=REASON_DELETING_LB, message="Deleting load balancer")
         record.failing = "delete"  # a failure: DeleteLoadBalancerFailed (`failed`)
         started = trio.current_time()
         try:
@@ -290,7 +292,7 @@ class _LbTerm(LbFeeds):
             self.unknown(key, record, started, exc)
             raise
         record.failing = ""
-        self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
+        info(self.ctx, service, reason=REASON_DELETED_LB, message="Deleted load balancer")
         log.info("service.load-balancer-deleted", service=key, uid=service.metadata.uid)
 
     async def ensure(
@@ -298,23 +300,25 @@ class _LbTerm(LbFeeds):
     ) -> str | None:
         """Upstream's ensure branch; `quiet` (a re-verification) skips the Normal Events
         unless the status changes."""
-        ref = service_ref(service)
         written: str | None = None
         if not quiet:
-            self.ctx.events.normal(ref, REASON_ENSURING_LB, "Ensuring load balancer")
+            info(self.ctx, service, reason=REASON_ENSURING_LB, message="Ensuring load balancer")
         if not has_finalizer(service):
             written = await self.patch_status(
                 key, add_finalizer(service.metadata.finalizers, FINALIZER_LB_CLEANUP)
             )
             log.info("service.finalizer-added", service=key)
         if not backends.infos:
-            self.ctx.events.warning(
-                ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
+            warn(
+                self.ctx,
+                service,
+                reason=REASON_UNAVAILABLE_LB,
+                message="There are no available nodes for LoadBalancer",
             )
-        info = service_info(service)
+        view = service_info(service)
         started = trio.current_time()
         try:
-            status = await self.lbs.ensure_load_balancer(self.cluster, info, backends.infos)
+            status = await self.lbs.ensure_load_balancer(self.cluster, view, backends.infos)
         except ServiceRefused as exc:
             self.refuse(key, record, service, str(exc))
             return written
@@ -340,7 +344,7 @@ class _LbTerm(LbFeeds):
             return written
         changed = ingress != service.status.load_balancer.ingress
         if changed or not quiet:
-            self.ctx.events.normal(ref, REASON_ENSURED_LB, "Ensured load balancer")
+            info(self.ctx, service, reason=REASON_ENSURED_LB, message="Ensured load balancer")
         if changed:
             written = await self.patch_status(key, set_load_balancer_status(ingress))
             log.info(
@@ -359,13 +363,12 @@ class _LbTerm(LbFeeds):
         self, key: str, record: Record, service: Service, backends: Backends, previous: Synced
     ) -> str | None:
         """Only the backends changed: `update_load_balancer`; recorded after success."""
-        ref = service_ref(service)
-        info = service_info(service)
+        view = service_info(service)
         self.metrics.sync_total.inc()
         started = trio.current_time()
         missing = False
         try:
-            await self.lbs.update_load_balancer(self.cluster, info, backends.infos)
+            await self.lbs.update_load_balancer(self.cluster, view, backends.infos)
         except ImplementedElsewhere:
             # A no-op for the provider, and no Event (upstream).
             record.synced = dataclasses.replace(previous, nodes=backends.node_set)
@@ -374,12 +377,14 @@ class _LbTerm(LbFeeds):
             record.synced = None  # a retry is a full ensure
             if outcome_unknown(exc):
                 self.unknown(key, record, started, exc)
-            if await self.lbs.get_load_balancer(self.cluster, info) is not None:
-                self.ctx.events.warning(
-                    ref,
-                    REASON_UPDATE_LB_FAILED,
-                    f"Error updating load balancer with new hosts {node_names(backends.infos)} "
-                    f"[node names limited, total number of nodes: {len(backends.infos)}], "
+            if await self.lbs.get_load_balancer(self.cluster, view) is not None:
+                warn(
+                    self.ctx,
+                    service,
+                    reason=REASON_UPDATE_LB_FAILED,
+                    message="Error updating load balancer with new hosts "
+                    f"{node_names(backends.infos)} [node names limited, total number of "
+                    f"nodes: {len(backends.infos)}], "
                     f"error: {exc}",
                 )
                 raise
@@ -393,10 +398,18 @@ class _LbTerm(LbFeeds):
         self.landed(key, record)
         record.synced = dataclasses.replace(previous, nodes=backends.node_set)
         if backends.infos:
-            self.ctx.events.normal(ref, REASON_UPDATED_LB, "Updated load balancer with new hosts")
+            info(
+                self.ctx,
+                service,
+                reason=REASON_UPDATED_LB,
+                message="Updated load balancer with new hosts",
+            )
         else:
-            self.ctx.events.warning(
-                ref, REASON_UNAVAILABLE_LB, "There are no available nodes for LoadBalancer"
+            warn(
+                self.ctx,
+                service,
+                reason=REASON_UNAVAILABLE_LB,
+                message="There are no available nodes for LoadBalancer",
             )
         log.info("service.hosts-updated", service=key, nodes=len(backends.infos))
         self.push_if_moved(key, backends)
@@ -414,17 +427,16 @@ class _LbTerm(LbFeeds):
 
     async def clean_up(self, key: str, record: Record, service: Service) -> str | None:
         """Upstream's delete branch: the load balancer, then the finalizer, then the status."""
-        ref = service_ref(service)
-        info = service_info(service)
+        view = service_info(service)
         record.failing = "failed to check if load balancer exists before cleanup"
-        exists = await self.lbs.get_load_balancer(self.cluster, info) is not None
+        exists = await self.lbs.get_load_balancer(self.cluster, view) is not None
         if exists:
-            self.ctx.events.normal(ref, REASON_DELETING_LB, "Deleting load balancer")
+            info(self.ctx, service, reason=REASON_DELETING_LB, message="Deleting load balancer")
             record.failing = "failed to delete load balancer"
             started = trio.current_time()
             try:
                 with contextlib.suppress(ImplementedElsewhere):
-                    await self.lbs.ensure_load_balancer_deleted(self.cluster, info)
+                    await self.lbs.ensure_load_balancer_deleted(self.cluster, view)
             except UNKNOWN_OUTCOMES as exc:
                 self.unknown(key, record, started, exc)
                 raise
@@ -444,7 +456,7 @@ class _LbTerm(LbFeeds):
                 )
         except NotFoundError:
             pass  # gone already (a finalizer removed by someone else)
-        self.ctx.events.normal(ref, REASON_DELETED_LB, "Deleted load balancer")
+        info(self.ctx, service, reason=REASON_DELETED_LB, message="Deleted load balancer")
         self.forget(key)
         log.info("service.load-balancer-cleaned-up", service=key, existed=exists)
         return written
