@@ -3,53 +3,23 @@ re-use, the catalog, paging, the error tree, and the leadership fence."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 
+from tests.helpers.openstack import open_client, password_credentials
 from trio_ccm.cloud import fence
 from trio_ccm.cloud.openstack import (
     ConflictError,
     Credentials,
     NotFoundError,
     OpenStackAuthError,
-    OpenStackClient,
     OpenStackError,
 )
 from trio_ccm.errors import NotLeadingError
 
 DEADLINE_S = 60
-
-
-def password_credentials(world: Any, **changes: str) -> Credentials:
-    """The ccm user's password credentials, with `changes`."""
-    auth = world.ccm_auth
-    fields = {
-        "auth_url": world.auth_url,
-        "username": auth["username"],
-        "password": auth["password"],
-        "project_name": auth["project_name"],
-        "user_domain_name": auth["user_domain_name"],
-        "project_domain_name": auth["project_domain_name"],
-    }
-    fields.update(changes)
-    return Credentials(**fields)
-
-
-@asynccontextmanager
-async def open_client(
-    world: Any, credentials: Credentials | None = None, **options: Any
-) -> AsyncIterator[OpenStackClient]:
-    client = OpenStackClient(
-        credentials or password_credentials(world), region=world.region, **options
-    )
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 async def test_password_auth_reuses_the_token(openstack: Any) -> None:

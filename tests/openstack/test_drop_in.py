@@ -15,8 +15,8 @@ import trio
 import yaml
 
 from tests.helpers.aws import UNINITIALIZED, open_cluster
+from tests.helpers.openstack import boot, delete, manifest
 from tests.helpers.processes import CLI, free_port
-from tests.openstack.test_controllers import boot, delete, manifest
 from trio_ccm_testbed.apiserver import Listening, serve_apiserver
 
 # OCCM's DaemonSet args, $(CLUSTER_NAME) and $(CLOUD_CONFIG) expanded below.

@@ -14,8 +14,7 @@ import pytest
 import trio
 
 from tests.helpers.aws import UNINITIALIZED, open_cluster, until
-from tests.openstack.test_client import open_client
-from tests.openstack.test_controllers import boot, delete, initialised, manifest, open_provider
+from tests.helpers.openstack import boot, delete, initialised, manifest, open_client, open_provider
 from trio_ccm.cloud.openstack import (
     ConflictError,
     OpenStackOutcomeUnknownError,
