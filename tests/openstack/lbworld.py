@@ -50,6 +50,16 @@ async def sdk_call(fn: Callable[[], Any]) -> Any:
     return await trio.to_thread.run_sync(fn)
 
 
+async def settled_lb(cluster: LbCluster, service: str) -> dict[str, Any]:
+    """The Service's load balancer once Octavia holds it ACTIVE (a status can show before
+    the last child's update, e.g. the members of a Node added meanwhile, has settled)."""
+    while True:
+        lb = await sdk_call(lambda: cluster.read_lb(service))
+        if lb is not None and lb["status"] == "ACTIVE":
+            return dict(lb)
+        await trio.sleep(POLL_S)
+
+
 @dataclass
 class LbCluster:
     """The emulator, a cloud.conf for the ccm user, and the `openstack` world."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.openstack.lbworld import open_lb_cluster, running, sdk_call, until
+from tests.openstack.lbworld import open_lb_cluster, running, sdk_call, settled_lb, until
 
 # A replica cancelled at the end of its block with a request to OpenStack in flight leaves
 # httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
@@ -33,10 +33,8 @@ async def test_a_service_gets_occms_load_balancer_and_leaves_nothing(
             async with running(c):
                 c.create_service("web", node_ports=(30080,))
                 await until(lambda: c.ingress("web"))
-                lb = await sdk_call(lambda: c.read_lb("web"))
-                assert lb is not None
+                lb = await settled_lb(c, "web")
                 name = c.lb_name("web")
-                assert lb["status"] == "ACTIVE"
                 assert lb["description"] == (
                     f"Kubernetes external service default/web from cluster {c.cluster}"
                 )

@@ -21,6 +21,7 @@ from tests.openstack.lbworld import (
     provider_for,
     running,
     sdk_call,
+    settled_lb,
     until,
 )
 from trio_ccm.cloud.openstack.provider import OpenStackProvider
@@ -142,6 +143,8 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
                     c.create_service(name, node_ports=(30291 if name == "one" else 30292,))
                 for name in ("one", "two"):
                     await until(partial(c.ingress, name))
+                for name in ("one", "two"):  # nothing pending when the next replica starts
+                    await settled_lb(c, name)
             fresh = provider_for(c, identity="cluster-a")
             async with running(c, provider=fresh):
 

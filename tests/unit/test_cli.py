@@ -230,7 +230,7 @@ def _json_lines(text: str) -> list[dict[str, object]]:
         ),
         pytest.param(
             ["--cloud-provider=nimbus", "--cloud-config={config}"],
-            "--cloud-provider=nimbus: unknown cloud provider (installed: aws, sim)",
+            "--cloud-provider=nimbus: unknown cloud provider (installed: aws, openstack, sim)",
             id="unknown-cloud-provider",
         ),
     ],
@@ -330,7 +330,7 @@ def test_help_prints_usage_and_commands_and_exits_0(
     captured = capsys.readouterr()
     assert captured.out.startswith("Usage: trio-ccm [flags]")
     assert "--cloud-provider string" in captured.out
-    assert "(installed: aws, sim)" in captured.out
+    assert "(installed: aws, openstack, sim)" in captured.out
     for command in ("apiserver", "testbed", "demo"):
         assert f"trio-ccm {command}" in captured.out
     assert captured.err == ""
