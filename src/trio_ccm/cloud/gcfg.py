@@ -7,13 +7,14 @@ Each provider's config module reads its own sections and keys on top of this.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
 from trio_ccm.errors import ConfigError
 
-__all__ = ["BOOLS", "Line", "logical_lines", "value"]
+__all__ = ["BOOLS", "Line", "assignment", "logical_lines", "value"]
 
 BOOLS: Final = {
     "true": True,
@@ -25,6 +26,8 @@ BOOLS: Final = {
     "off": False,
     "0": False,
 }
+
+_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +103,15 @@ def value(raw: str, where: str) -> str:
     if in_quote:
         raise ConfigError(f'{where}: a double quote is not closed; add the closing "')
     return "".join(out[:end]).lstrip(" \t")
+
+
+def assignment(text: str, where: str) -> tuple[str, bool, str]:
+    """A `key = value` line (or a bare `key`, gcfg's blank bool): the key, whether `=`
+    was there, and the raw text after it; ConfigError naming `where` for anything else."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep:
+        name = name.split(";", 1)[0].split("#", 1)[0].strip()
+    if not _KEY.match(name):
+        raise ConfigError(f"{where}: {text!r} is neither a section header nor key = value")
+    return name, bool(sep), raw

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from trio_ccm.cloud.gcfg import BOOLS as _BOOLS
+from trio_ccm.cloud.gcfg import assignment as _assignment
 from trio_ccm.cloud.gcfg import logical_lines as _logical_lines
 from trio_ccm.cloud.gcfg import value as _value
 from trio_ccm.errors import ConfigError
@@ -81,7 +82,6 @@ _ZONE_REGION: Final = re.compile(r"^([a-zA-Z]+-)+\d+")  # upstream's azToRegion
 _REGION: Final = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _ARN: Final = re.compile(r"^arn:[a-z0-9-]+:[a-z0-9-]+:[a-z0-9-]*:\d*:.+$")
 _ROLE_ARN: Final = re.compile(r"^arn:[a-z0-9-]+:iam::\d{12}:role/.+$")
-_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _SECTION: Final = re.compile(
     r'^\[\s*([A-Za-z][A-Za-z0-9-.]*)\s*(?:"((?:[^"\\]|\\.)*)")?\s*\]\s*(?:[;#].*)?$'
 )
@@ -376,16 +376,6 @@ def _section(
         f"{where}: unknown section [{found.group(1)}]; the sections are [Global] and "
         '[ServiceOverride "N"] (cloud-provider-aws\'s format)'
     )
-
-
-def _assignment(text: str, where: str) -> tuple[str, bool, str]:
-    name, sep, raw = text.partition("=")
-    name = name.strip()
-    if not sep:
-        name = name.split(";", 1)[0].split("#", 1)[0].strip()
-    if not _KEY.match(name):
-        raise ConfigError(f"{where}: {text!r} is neither a section header nor key = value")
-    return name, bool(sep), raw
 
 
 def _global(

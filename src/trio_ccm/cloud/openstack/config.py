@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import yaml
 
-from trio_ccm.cloud.gcfg import BOOLS, logical_lines, value
+from trio_ccm.cloud.gcfg import BOOLS, assignment, logical_lines, value
 from trio_ccm.cloud.openstack.client import DEFAULT_TIMEOUT_S, Credentials
 from trio_ccm.errors import ConfigError
 
@@ -55,7 +55,6 @@ __all__ = [
     "resolve_clouds_yaml",
 ]
 
-_KEY: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 _SECTION: Final = re.compile(
     r'^\[\s*([A-Za-z][A-Za-z0-9-.]*)\s*(?:"((?:[^"\\]|\\.)*)")?\s*\]\s*(?:[;#].*)?$'
 )
@@ -255,7 +254,7 @@ def parse_cloud_config(data: bytes | str, *, source: str = "cloud.conf") -> Clou
             raise ConfigError(
                 f"{where}: {stripped!r} comes before any section; put it under [Global]"
             )
-        name, has_value, rest = _assignment(stripped, where)
+        name, has_value, rest = assignment(stripped, where)
         key = name.lower()
         if section == "blockstorage":
             continue
@@ -315,16 +314,6 @@ def _section(
         '[Networking], [LoadBalancer], [LoadBalancerClass "name"], [Route], [Metadata] '
         "(and cinder-csi's [BlockStorage]): fix the name or delete the section"
     )
-
-
-def _assignment(text: str, where: str) -> tuple[str, bool, str]:
-    name, sep, raw = text.partition("=")
-    name = name.strip()
-    if not sep:
-        name = name.split(";", 1)[0].split("#", 1)[0].strip()
-    if not _KEY.match(name):
-        raise ConfigError(f"{where}: {text!r} is neither a section header nor key = value")
-    return name, bool(sep), raw
 
 
 def _key(
