@@ -125,7 +125,10 @@ class Call:
     """One API call as the cloud saw it: when it arrived, who made it, how it was answered.
 
     `time` is Trio's clock when the request arrived (before any injected latency), `wall`
-    the wall clock then; `replica` is the `X-Sim-Replica` header ("" without one).
+    the wall clock then: the kernel's receive time over a socket (Linux), else the clock
+    when the server began handling it, which is `read_wall` (later than `wall` by however
+    long a busy testbed took to get to the request); `replica` is the `X-Sim-Replica`
+    header ("" without one).
     """
 
     time: float
@@ -134,6 +137,7 @@ class Call:
     method: str
     target: str
     status: int
+    read_wall: float | None = None
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -143,4 +147,5 @@ class Call:
             "method": self.method,
             "target": self.target,
             "status": self.status,
+            "readWall": self.read_wall if self.read_wall is not None else self.wall,
         }
