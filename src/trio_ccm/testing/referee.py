@@ -193,6 +193,8 @@ def cloud_writes_of_log(
     found = []
     for call in calls:
         method, at = call.get("method"), call.get(clock)
+        if at is None and clock == "readWall":
+            at = call.get("wall")  # read as it arrived (no kernel time was taken)
         if method not in MUTATING_CLOUD_METHODS:
             continue
         if not isinstance(at, int | float):

@@ -125,10 +125,10 @@ class Call:
     """One API call as the cloud saw it: when it arrived, who made it, how it was answered.
 
     `time` is Trio's clock when the request arrived (before any injected latency), `wall`
-    the wall clock then: the kernel's receive time over a socket (Linux), else the clock
-    when the server began handling it, which is `read_wall` (later than `wall` by however
-    long a busy testbed took to get to the request); `replica` is the `X-Sim-Replica`
-    header ("" without one).
+    the wall clock then: the kernel's receive time over a socket (Linux), and then
+    `read_wall` is the clock when the server began handling it (later than `wall` by
+    however long a busy testbed took to get to the request; None otherwise);
+    `replica` is the `X-Sim-Replica` header ("" without one).
     """
 
     time: float
@@ -140,12 +140,14 @@ class Call:
     read_wall: float | None = None
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        found: dict[str, JSON] = {
             "time": self.time,
             "wall": self.wall,
             "replica": self.replica,
             "method": self.method,
             "target": self.target,
             "status": self.status,
-            "readWall": self.read_wall if self.read_wall is not None else self.wall,
         }
+        if self.read_wall is not None:
+            found["readWall"] = self.read_wall
+        return found

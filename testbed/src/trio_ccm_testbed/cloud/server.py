@@ -406,8 +406,9 @@ class SimCloud:
         arrived = trio.current_time()
         # The kernel's receive time when served over a socket: a starved testbed reads a
         # request late, and the leadership referee must date it by when it left its replica.
-        read_wall = self._wall_clock()
-        wall = read_wall if request.received_at is None else request.received_at
+        now_wall = self._wall_clock()
+        wall = now_wall if request.received_at is None else request.received_at
+        read_wall = None if request.received_at is None else now_wall
         replica = request.headers.get(REPLICA_HEADER, "")
         method, target, status = "Unknown", request.raw_path, 499  # 499: the caller went away
         try:
