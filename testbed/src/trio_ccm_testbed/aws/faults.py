@@ -8,7 +8,11 @@ for the requests a rule matches, answers as AWS does when it misbehaves:
 - `server_error()`: HTTP 500 `InternalError` (EC2) / `InternalFailure` (query services);
 - `latency()`: the answer, `seconds` later;
 - `garbage()`: HTTP 200 with an HTML page (what moto itself answers for an unimplemented
-  filter), or with the real answer cut in half.
+  filter), or with the real answer cut in half;
+- `lost_answer()`: the request is applied (moto handles it), then its answer is lost: HTTP
+  500 `InternalError` / `InternalFailure` instead, as when AWS's front end fails after the
+  change landed. The client cannot tell it from a failure before applying: an unknown
+  outcome.
 
 A rule matches by service (the SigV4 credential scope's: `ec2`, `elasticloadbalancing`,
 `sts`) and action (`Action=` of the form body), each None for any; it applies to its next
@@ -46,7 +50,7 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 @dataclass
 class Fault:
-    """One rule: `kind` is throttle, error, latency, html or truncated."""
+    """One rule: `kind` is throttle, error, latency, html, truncated or lost."""
 
     kind: str
     action: str | None = None
@@ -119,6 +123,18 @@ class Faults:
     ) -> Fault:
         return self.add(Fault("truncated" if truncated else "html", action, service, times, 200))
 
+    def lost_answer(
+        self,
+        action: str | None = None,
+        *,
+        service: str | None = None,
+        status: int = 500,
+        times: int | None = 1,
+    ) -> Fault:
+        """Apply the request, then answer HTTP `status` (see the module docstring)."""
+        code = "InternalError" if service in (None, "ec2") else "InternalFailure"
+        return self.add(Fault("lost", action, service, times, status, code))
+
     def clear(self) -> None:
         """Drop every rule and zero the counters."""
         with self._lock:
@@ -174,6 +190,8 @@ class Faults:
                 return app(environ, start_response)
             if fault.kind == "truncated":
                 return _truncated(app, environ, start_response)
+            if fault.kind == "lost":
+                _handled(app, environ)
             if fault.kind == "html":
                 return _answer(start_response, 200, "text/html", _HTML)
             return _answer(
@@ -243,16 +261,19 @@ def _answer(start_response: Callable[..., Any], status: int, kind: str, body: by
     return [body]
 
 
+def _handled(app: WsgiApp, environ: dict[str, Any]) -> bytes:
+    """What `app` answers to the request (it is applied), kept from the client."""
+
+    def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
+        return lambda _data: None
+
+    return b"".join(app(environ, capture))
+
+
 def _truncated(
     app: WsgiApp, environ: dict[str, Any], start_response: Callable[..., Any]
 ) -> list[bytes]:
     """The real answer, cut in half (as a connection dropped mid-body would leave it)."""
-    captured: list[Any] = []
-
-    def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
-        captured.append(status)
-        return lambda _data: None
-
-    body = b"".join(app(environ, capture))
+    body = _handled(app, environ)
     half = body[: len(body) // 2]
     return _answer(start_response, 200, "text/xml", half)
