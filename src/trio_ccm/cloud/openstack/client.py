@@ -152,25 +152,22 @@ class Credentials:
         return found
 
     def _user_domain(self) -> dict[str, str]:
-        if self.user_domain_id:
-            return {"id": self.user_domain_id}
-        if self.user_domain_name:
-            return {"name": self.user_domain_name}
-        if self.domain_id:
-            return {"id": self.domain_id}
-        if self.domain_name:
-            return {"name": self.domain_name}
-        return {}
+        return self._domain(self.user_domain_id, self.user_domain_name)
 
     def _project_domain(self) -> dict[str, str]:
-        if self.project_domain_id:
-            return {"id": self.project_domain_id}
-        if self.project_domain_name:
-            return {"name": self.project_domain_name}
-        if self.domain_id:
-            return {"id": self.domain_id}
-        if self.domain_name:
-            return {"name": self.domain_name}
+        return self._domain(self.project_domain_id, self.project_domain_name)
+
+    def _domain(self, own_id: str, own_name: str) -> dict[str, str]:
+        """The first domain given: the object's own (ID, then name), else the fallback
+        `domain_*` (ID, then name); {} when none is."""
+        for key, value in (
+            ("id", own_id),
+            ("name", own_name),
+            ("id", self.domain_id),
+            ("name", self.domain_name),
+        ):
+            if value:
+                return {key: value}
         return {}
 
     def _user(self) -> dict[str, Any]:
