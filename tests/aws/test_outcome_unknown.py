@@ -1,8 +1,8 @@
 """Unknown outcomes with the aws provider against moto (issue 27): a mutating call that AWS
-applies but whose answer is lost (the fault middleware's `lost_answer`: moto handles the
-request, the client gets HTTP 500) raises `OutcomeUnknownError` with `late_landing_s`, is
-not sent again by the client, and the controller looks again once the call can no longer
-land."""
+applies but whose answer is lost (the fault middleware's `server_error(landed=True)`: moto
+handles the request, the client gets HTTP 500) raises `OutcomeUnknownError` with
+`late_landing_s`, is not sent again by the client, and the controller looks again once the
+call can no longer land."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ async def test_a_lost_create_answer_is_an_unknown_outcome_that_landed(
     balancer exists, and the next ensure adopts it without creating another."""
     instances = await world.add_instances(2)
     faults = world.server.faults
-    faults.lost_answer("CreateLoadBalancer", service="elasticloadbalancing")
+    faults.server_error("CreateLoadBalancer", service="elasticloadbalancing", landed=True)
     wanted = service(annotations=annotations)
     lbs = lbs_of(provider)
     with trio.fail_after(30):
@@ -78,7 +78,7 @@ async def test_a_lost_create_route_answer_is_an_unknown_outcome_that_landed(
     (instance,) = await world.add_instances(1)
     route = Route(instance.private_dns_name, "10.244.1.0/24")
     faults = world.server.faults
-    faults.lost_answer("CreateRoute", service="ec2")
+    faults.server_error("CreateRoute", service="ec2", landed=True)
     assert provider.routes is not None
     with trio.fail_after(30):
         with pytest.raises(OutcomeUnknownError) as caught:
@@ -107,7 +107,7 @@ async def test_the_controller_looks_again_once_the_lost_create_cannot_land(
         manifest["spec"]["taints"] = []
         cluster.api.create(manifest)
     faults = world.server.faults
-    faults.lost_answer("CreateLoadBalancer", service="elasticloadbalancing")
+    faults.server_error("CreateLoadBalancer", service="elasticloadbalancing", landed=True)
     checked_at: list[float] = []
     with trio.fail_after(LATE_S + 60), capture_logs() as logs:
         async with running(cluster, controllers="service-lb-controller"):

@@ -6,13 +6,12 @@ for the requests a rule matches, answers as AWS does when it misbehaves:
 - `throttle()`: EC2's `RequestLimitExceeded` with HTTP 503 (EC2's error document), ELB's
   and STS's `Throttling` with HTTP 400 (the query protocol's `ErrorResponse`);
 - `server_error()`: HTTP 500 `InternalError` (EC2) / `InternalFailure` (query services);
+  with `landed=True` the request is applied first (moto handles it) and only its answer
+  is lost, as when AWS's front end fails after the change landed: the client cannot tell
+  it from a failure before applying, an unknown outcome;
 - `latency()`: the answer, `seconds` later;
 - `garbage()`: HTTP 200 with an HTML page (what moto itself answers for an unimplemented
-  filter), or with the real answer cut in half;
-- `lost_answer()`: the request is applied (moto handles it), then its answer is lost: HTTP
-  500 `InternalError` / `InternalFailure` instead, as when AWS's front end fails after the
-  change landed. The client cannot tell it from a failure before applying: an unknown
-  outcome.
+  filter), or with the real answer cut in half.
 
 A rule matches by service (the SigV4 credential scope's: `ec2`, `elasticloadbalancing`,
 `sts`) and action (`Action=` of the form body), each None for any; it applies to its next
@@ -99,9 +98,12 @@ class Faults:
         service: str | None = None,
         status: int = 500,
         times: int | None = 1,
+        landed: bool = False,
     ) -> Fault:
+        """HTTP `status` with AWS's internal-error body; `landed`: after applying the
+        request (see the module docstring)."""
         code = "InternalError" if service in (None, "ec2") else "InternalFailure"
-        return self.add(Fault("error", action, service, times, status, code))
+        return self.add(Fault("lost" if landed else "error", action, service, times, status, code))
 
     def latency(
         self,
@@ -122,18 +124,6 @@ class Faults:
         times: int | None = 1,
     ) -> Fault:
         return self.add(Fault("truncated" if truncated else "html", action, service, times, 200))
-
-    def lost_answer(
-        self,
-        action: str | None = None,
-        *,
-        service: str | None = None,
-        status: int = 500,
-        times: int | None = 1,
-    ) -> Fault:
-        """Apply the request, then answer HTTP `status` (see the module docstring)."""
-        code = "InternalError" if service in (None, "ec2") else "InternalFailure"
-        return self.add(Fault("lost", action, service, times, status, code))
 
     def clear(self) -> None:
         """Drop every rule and zero the counters."""
