@@ -4,17 +4,13 @@ and it initialises the kubelets' Nodes, then exits 0 on SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import signal
-from functools import partial
 from pathlib import Path
 
 import trio
-import yaml
 
 from tests.helpers.aws import UNINITIALIZED, Cluster
-from tests.helpers.processes import CLI, free_port
-from trio_ccm_testbed.apiserver import Listening, serve_apiserver
+from tests.helpers.processes import ccm_process, serve_kubeconfig
 
 CHART_ARGS = Path(__file__).resolve().parents[1] / "deploy" / "fixtures" / "aws-chart-args.txt"
 
@@ -35,24 +31,16 @@ async def test_the_aws_chart_args_initialise_nodes(cluster: Cluster, tmp_path: P
     assert "--cloud-provider=aws" in chart_args()
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            listening: Listening = await nursery.start(
-                partial(serve_apiserver, cluster.api, host="127.0.0.1", port=0)
-            )
-            (tmp_path / "kubeconfig").write_text(yaml.safe_dump(listening.kubeconfig()))
-            argv = [
-                *CLI,
+            kubeconfig = await serve_kubeconfig(nursery, cluster.api, tmp_path / "kubeconfig")
+            async with ccm_process(
                 *chart_args(),
                 "--configure-cloud-routes=false",
                 f"--cloud-config={tmp_path / 'cloud.conf'}",
-                f"--kubeconfig={tmp_path / 'kubeconfig'}",
-                f"--secure-port={free_port()}",
-                "--bind-address=127.0.0.1",
-            ]
-            environ = {**os.environ, "HOME": str(tmp_path), **world.environ()}
-            with (tmp_path / "ccm.err").open("wb") as err:
-                process: trio.Process = await nursery.start(
-                    partial(trio.run_process, argv, env=environ, stderr=err, check=False)
-                )
+                f"--kubeconfig={kubeconfig}",
+                home=tmp_path,
+                stderr=tmp_path / "ccm.err",
+                env=world.environ(),
+            ) as process:
                 await cluster.wait_for(
                     lambda: all(
                         UNINITIALIZED not in cluster.taints(n)

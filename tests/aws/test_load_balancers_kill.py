@@ -7,54 +7,31 @@ while that call is in flight); the emulator is served to the CCM over loopback H
 
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
-import yaml
 
 from tests.helpers.aws import Cluster, until
-from tests.helpers.processes import CLI, free_port
+from tests.helpers.processes import ccm_process, serve_kubeconfig
 from trio_ccm.cloud.aws.annotations import TYPE
 from trio_ccm.testing import make_service
-from trio_ccm_testbed.apiserver import ApiError, Listening, serve_apiserver
+from trio_ccm_testbed.apiserver import ApiError
 from trio_ccm_testbed.aws import balancing
 
 
-@asynccontextmanager
-async def ccm_process(
-    cluster: Cluster, tmp_path: Path, kubeconfig: Path, name: str
-) -> AsyncIterator[trio.Process]:
-    """A `trio-ccm` process running the service controller for the block, killed at its
-    end if still running; stderr in `tmp_path / name`."""
+def ccm_flags(cluster: Cluster, tmp_path: Path, kubeconfig: Path) -> list[str]:
+    """The service controller alone, with the world's cloud-config."""
     config = tmp_path / "cloud.conf"
     config.write_bytes(cluster.world.cloud_config())
-    argv = [
-        *CLI,
+    return [
         "--cloud-provider=aws",
         f"--cloud-config={config}",
         f"--kubeconfig={kubeconfig}",
         "--controllers=service-lb-controller",
         "--leader-elect=false",
-        f"--secure-port={free_port()}",
-        "--bind-address=127.0.0.1",
     ]
-    environ = {**os.environ, "HOME": str(tmp_path), **cluster.world.environ()}
-    with (tmp_path / name).open("wb") as err:
-        async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(trio.run_process, argv, env=environ, stderr=err, check=False)
-            )
-            try:
-                yield process
-            finally:
-                if process.returncode is None:
-                    process.kill()
 
 
 @pytest.mark.parametrize(
@@ -98,11 +75,9 @@ async def test_kill_9_midway_then_a_new_process_leaves_nothing_behind(
 
     with trio.fail_after(90):
         async with trio.open_nursery() as nursery:
-            listening: Listening = await nursery.start(
-                partial(serve_apiserver, cluster.api, host="127.0.0.1", port=0)
-            )
-            kubeconfig = tmp_path / "kubeconfig"
-            kubeconfig.write_text(yaml.safe_dump(listening.kubeconfig()))
+            kubeconfig = await serve_kubeconfig(nursery, cluster.api, tmp_path / "kubeconfig")
+            flags = ccm_flags(cluster, tmp_path, kubeconfig)
+            env = world.environ()
             cluster.api.create(
                 make_service(
                     "web",
@@ -110,7 +85,9 @@ async def test_kill_9_midway_then_a_new_process_leaves_nothing_behind(
                     ports=[{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
                 )
             )
-            async with ccm_process(cluster, tmp_path, kubeconfig, "first.err") as first:
+            async with ccm_process(
+                *flags, home=tmp_path, stderr=tmp_path / "first.err", env=env
+            ) as first:
                 if deleting:
                     await until(has_hostname)
                     faults.latency(5.0, stall, times=1)
@@ -126,7 +103,7 @@ async def test_kill_9_midway_then_a_new_process_leaves_nothing_behind(
             if not deleting:
                 await delete()
             assert not gone()  # the finalizer holds it
-            async with ccm_process(cluster, tmp_path, kubeconfig, "second.err"):
+            async with ccm_process(*flags, home=tmp_path, stderr=tmp_path / "second.err", env=env):
 
                 async def emptied() -> bool:
                     return gone() and (await balancing(world)).empty

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,9 +12,11 @@ from functools import partial
 from pathlib import Path
 
 import trio
+import yaml
 
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.objects import NODES, Node
+from trio_ccm_testbed.apiserver import ApiServer, Listening, serve_apiserver
 
 CLI = (sys.executable, "-m", "trio_ccm")
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -59,6 +62,32 @@ async def running(
                 if process.returncode is None:
                     process.kill()
                 nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def ccm_process(
+    *flags: str, home: Path, stderr: Path, env: Mapping[str, str] | None = None
+) -> AsyncIterator[trio.Process]:
+    """A `trio-ccm` process with `flags` for the block, its secure port a free one (bound to
+    127.0.0.1 unless `flags` name a --bind-address), `HOME` at `home` and `env` added to
+    our environment; killed at the block's end if still running; its stderr in the file
+    `stderr`."""
+    argv = [*CLI, *flags, f"--secure-port={free_port()}"]
+    if not any(flag.startswith("--bind-address") for flag in flags):
+        argv.append("--bind-address=127.0.0.1")
+    environ = {**os.environ, "HOME": str(home), **(env or {})}
+    async with running(argv, stderr=stderr, stdout=None, env=environ) as process:
+        yield process
+
+
+async def serve_kubeconfig(nursery: trio.Nursery, api: ApiServer, path: Path) -> Path:
+    """Serve the emulator `api` over loopback HTTP in `nursery` (until it is cancelled) and
+    write a kubeconfig for it to `path`, for a CCM in another process; returns `path`."""
+    listening: Listening = await nursery.start(
+        partial(serve_apiserver, api, host="127.0.0.1", port=0)
+    )
+    await trio.Path(path).write_text(yaml.safe_dump(listening.kubeconfig()))
+    return path
 
 
 async def initialised(

@@ -5,19 +5,15 @@ the kubelets' Nodes with openstack:/// provider IDs, then exits 0 on SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import signal
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
 
 from tests.helpers.aws import UNINITIALIZED, open_cluster
 from tests.helpers.openstack import boot, delete, manifest
-from tests.helpers.processes import CLI, free_port
-from trio_ccm_testbed.apiserver import Listening, serve_apiserver
+from tests.helpers.processes import ccm_process, serve_kubeconfig
 
 # OCCM's DaemonSet args, $(CLUSTER_NAME) and $(CLOUD_CONFIG) expanded below.
 OCCM_ARGS = (
@@ -50,22 +46,16 @@ async def test_occm_daemonset_args_initialise_nodes(openstack: Any, tmp_path: Pa
                 cluster.api.create(manifest(name))
             with trio.fail_after(120):
                 async with trio.open_nursery() as nursery:
-                    listening: Listening = await nursery.start(
-                        partial(serve_apiserver, cluster.api, host="127.0.0.1", port=0)
+                    kubeconfig = await serve_kubeconfig(
+                        nursery, cluster.api, tmp_path / "kubeconfig"
                     )
-                    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(listening.kubeconfig()))
-                    argv = [
-                        *CLI,
+                    async with ccm_process(
                         *(a.format(cloud_config=conf) for a in OCCM_ARGS),
                         "--configure-cloud-routes=false",
-                        f"--kubeconfig={tmp_path / 'kubeconfig'}",
-                        f"--secure-port={free_port()}",
-                    ]
-                    environ = {**os.environ, "HOME": str(tmp_path)}
-                    with (tmp_path / "ccm.err").open("wb") as err:
-                        process: trio.Process = await nursery.start(
-                            partial(trio.run_process, argv, env=environ, stderr=err, check=False)
-                        )
+                        f"--kubeconfig={kubeconfig}",
+                        home=tmp_path,
+                        stderr=tmp_path / "ccm.err",
+                    ) as process:
                         await cluster.wait_for(
                             lambda: all(
                                 UNINITIALIZED not in cluster.taints(n)

@@ -4,21 +4,15 @@ process runs and the Service is deleted, Octavia and Neutron hold nothing made f
 
 from __future__ import annotations
 
-import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-import yaml
 
-from tests.helpers.processes import CLI, free_port
+from tests.helpers.processes import ccm_process, serve_kubeconfig
 from tests.openstack.lbworld import LbCluster, open_lb_cluster, sdk_call, until
-from trio_ccm_testbed.apiserver import Listening, serve_apiserver
 
 # A replica cancelled at the end of its block with a request to OpenStack in flight leaves
 # httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
@@ -28,34 +22,16 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-@asynccontextmanager
-async def ccm_process(
-    c: LbCluster, tmp_path: Path, kubeconfig: Path, name: str
-) -> AsyncIterator[trio.Process]:
-    """A `trio-ccm` process with the service controller for the block (killed at its end
-    if still running); stderr in `tmp_path / name`."""
-    argv = [
-        *CLI,
+def ccm_flags(c: LbCluster, kubeconfig: Path) -> list[str]:
+    """The service controller alone, with the cluster's cloud.conf."""
+    return [
         "--cloud-provider=openstack",
         f"--cloud-config={c.conf}",
         f"--kubeconfig={kubeconfig}",
         "--controllers=service-lb-controller",
         f"--cluster-name={c.cluster}",
         "--leader-elect=false",
-        f"--secure-port={free_port()}",
-        "--bind-address=127.0.0.1",
     ]
-    environ = {**os.environ, "HOME": str(tmp_path)}
-    with (tmp_path / name).open("wb") as err:
-        async with trio.open_nursery() as nursery:
-            process: trio.Process = await nursery.start(
-                partial(trio.run_process, argv, env=environ, stderr=err, check=False)
-            )
-            try:
-                yield process
-            finally:
-                if process.returncode is None:
-                    process.kill()
 
 
 @pytest.mark.parametrize(
@@ -76,12 +52,11 @@ async def test_kill_9_midway_then_a_new_process_leaves_nothing(
         c.add_nodes(2)
         with trio.fail_after(900):
             async with trio.open_nursery() as nursery:
-                listening: Listening = await nursery.start(
-                    partial(serve_apiserver, c.api, host="127.0.0.1", port=0)
-                )
-                kubeconfig = tmp_path / "kubeconfig"
-                kubeconfig.write_text(yaml.safe_dump(listening.kubeconfig()))
-                async with ccm_process(c, tmp_path, kubeconfig, "first.err") as first:
+                kubeconfig = await serve_kubeconfig(nursery, c.api, tmp_path / "kubeconfig")
+                flags = ccm_flags(c, kubeconfig)
+                async with ccm_process(
+                    *flags, home=tmp_path, stderr=tmp_path / "first.err"
+                ) as first:
                     if not deleting:
                         openstack.faults.add(service, method=method, path=path, delay_s=30)
                     c.create_service("web", node_ports=(30580,))
@@ -97,7 +72,7 @@ async def test_kill_9_midway_then_a_new_process_leaves_nothing(
                 if not deleting:
                     await c.delete("web")
                 assert c.service("web") is not None  # the finalizer holds it
-                async with ccm_process(c, tmp_path, kubeconfig, "second.err"):
+                async with ccm_process(*flags, home=tmp_path, stderr=tmp_path / "second.err"):
 
                     async def emptied() -> bool:
                         if c.service("web") is not None:

@@ -37,7 +37,6 @@ China regions), or a cloud-config `[ServiceOverride]` (URL, SigningRegion, Signi
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -45,7 +44,7 @@ from typing import Final
 import httpx
 import trio
 
-from trio_ccm.cloud import fence
+from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.aws.codec import USER_AGENT, Codec, Parsed
 from trio_ccm.cloud.aws.config import CloudConfig
 from trio_ccm.cloud.aws.credentials import (
@@ -81,8 +80,6 @@ LATE_LANDING_MARGIN_S: Final = 30.0
 API front ends queue briefly; no documented bound, so a generous one)."""
 _READ_PREFIXES: Final = ("Describe", "List", "Get")
 _NOT_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-_BACKOFF_BASE_S: Final = 0.2
-_BACKOFF_CAP_S: Final = 5.0
 _HOSTS: Final = {"ec2": "ec2", "elb": "elasticloadbalancing", "elbv2": "elasticloadbalancing"}
 _EXPIRED: Final = frozenset({"ExpiredToken", "ExpiredTokenException", "RequestExpired"})
 
@@ -140,7 +137,6 @@ class AwsClient:
         self.config = config or CloudConfig()
         self.credentials = credentials
         self.timeout_s = timeout_s
-        self.max_attempts = max_attempts
         self.http = httpx.AsyncClient(
             # The fence also runs at each socket write (trio_ccm.cloud.fence.http_transport).
             transport=transport or fence.http_transport(),
@@ -148,22 +144,25 @@ class AwsClient:
             headers={"User-Agent": USER_AGENT},
             http2=False,
         )
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter
+        self._attempts = Attempts(cloud="aws", max_attempts=max_attempts, rng=rng)
         # One parse at a time off the Trio thread: parsing holds the GIL, so a second
         # thread would only compete with the first (and with the Trio thread).
         self._parse_limiter = parse_limiter or trio.CapacityLimiter(1)
         self._codecs: dict[str, Codec] = {}
         self._codec_lock = trio.Lock()
-        self._calls: Counter[str] = Counter()
-        self._retries = 0
-        self._throttles = 0
+
+    @property
+    def max_attempts(self) -> int:
+        """Requests sent for one call at the most (retries included)."""
+        return self._attempts.max_attempts
 
     async def aclose(self) -> None:
         await self.http.aclose()
 
     def statistics(self) -> ClientStatistics:
+        attempts = self._attempts
         return ClientStatistics(
-            calls=dict(self._calls), retries=self._retries, throttles=self._throttles
+            calls=dict(attempts.calls), retries=attempts.retries, throttles=attempts.throttles
         )
 
     def endpoint(self, service: str) -> Endpoint:
@@ -208,9 +207,9 @@ class AwsClient:
         codec = await self.codec(service)
         endpoint = self.endpoint(service)
         refreshed = False
-        attempt = 0
-        while True:
-            attempt += 1
+
+        async def once() -> Parsed:
+            nonlocal refreshed
             signing = None if unsigned else (credentials or await self._credentials(service))
             request = codec.request(
                 action,
@@ -221,11 +220,7 @@ class AwsClient:
                 credentials=signing,
                 headers=headers,
             )
-            # The leadership fence, right before the request leaves (every attempt: a retry
-            # may come after the Lease is gone). Checked here rather than in a transport so
-            # that requests httpx routes through an HTTPS_PROXY are fenced too.
-            fence.check()
-            self._calls[f"{service}:{action}"] += 1
+            self._attempts.leaving(f"{service}:{action}")
             started = trio.current_time()
             try:
                 response = await self.http.request(
@@ -235,32 +230,26 @@ class AwsClient:
             except httpx.TransportError as exc:
                 if _mutating(service, action) and not isinstance(exc, _NOT_SENT):
                     raise self._unknown(
-                        service, action, target, f"{endpoint.url}: {_explain(exc)}"
+                        service, action, target, f"{endpoint.url}: {explain(exc)}"
                     ) from exc
-                error: AwsError = AwsServerError(
-                    f"{endpoint.url} did not answer: {_explain(exc)}; check the network path "
+                error = AwsServerError(
+                    f"{endpoint.url} did not answer: {explain(exc)}; check the network path "
                     "to AWS (VPC endpoints, proxy, security groups) or the endpoint override",
                     service=service,
                     action=action,
                     target=target,
                 )
-                if attempt < self.max_attempts:
-                    await self._retry(error, attempt)
-                    continue
-                raise error from exc
+                raise Retry(error) from exc
             try:
                 answer = await self._parse(codec, action, response, body, target)
             except AwsThrottledError:
-                self._throttles += 1
+                self._attempts.throttled()
                 log.debug("aws.throttled", service=service, action=action, target=target)
                 raise
             except AwsServerError as exc:
                 if _mutating(service, action) and response.status_code >= 500:
                     raise self._unknown(service, action, target, str(exc)) from exc
-                if attempt < self.max_attempts:
-                    await self._retry(exc, attempt)
-                    continue
-                raise
+                raise Retry(exc) from exc.__cause__
             except AwsError as exc:
                 if (
                     exc.code in _EXPIRED
@@ -271,7 +260,7 @@ class AwsClient:
                 ):
                     refreshed = True
                     self.credentials.invalidate()
-                    continue
+                    raise Resend(counted=True) from exc
                 raise
             log.debug(
                 "aws.called",
@@ -282,6 +271,8 @@ class AwsClient:
                 took_s=trio.current_time() - started,
             )
             return answer
+
+        return await self._attempts.run(once, service=service, action=action)
 
     def _unknown(self, service: str, action: str, target: str, why: str) -> AwsOutcomeUnknownError:
         return AwsOutcomeUnknownError(
@@ -314,19 +305,6 @@ class AwsClient:
         return await trio.to_thread.run_sync(
             parse, limiter=self._parse_limiter, abandon_on_cancel=True
         )
-
-    async def _retry(self, error: AwsError, attempt: int) -> None:
-        self._retries += 1
-        delay = self._rng.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 1)))
-        log.debug(
-            "aws.retrying",
-            service=error.service,
-            action=error.action,
-            attempt=attempt,
-            delay_s=delay,
-            error=str(error),
-        )
-        await trio.sleep(delay)
 
     async def paginate(
         self,
@@ -379,16 +357,3 @@ class AwsOutcomeUnknownError(AwsServerError, OutcomeUnknownError):
 def _mutating(service: str, action: str) -> bool:
     """Whether `action` may change something in the account (STS only hands out tokens)."""
     return service != "sts" and not action.startswith(_READ_PREFIXES)
-
-
-def _explain(exc: BaseException) -> str:
-    """A readable reason for a transport failure (httpx's own message is often empty)."""
-    parts: list[str] = []
-    current: BaseException | None = exc
-    seen: set[int] = set()
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = str(current).strip()
-        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
-        current = current.__cause__ or current.__context__
-    return " <- ".join(parts[:3])

@@ -13,6 +13,11 @@ caller) and settles, in this order:
    signed call shows at start-up, not at the first Node, whether the credentials and the
    IAM policy work.
 
+`probe()` is the start-up probe every replica makes, leading or not (the provider's
+`check()`): it settles the region and lists the zones, one read-only signed call. The
+zones it lists are kept, so a `ready()` after it does not list them again (and a probe
+after `ready()` calls nothing: AWS has just answered).
+
 Part 2 (load balancers) adds `vpc_id()` users: the cloud-config's `VPC`, else the VPC of
 the instance trio-ccm runs on.
 """
@@ -101,6 +106,14 @@ class AwsContext:
         self._lock = trio.Lock()
         self._self_instance_vpc = ""
         self._self_subnet: str | None = None
+        self._zones_listed = False
+
+    async def probe(self) -> None:
+        """Settle the region and list its zones, under the set-up's lock (see the module
+        docstring); raises what AWS or the region lookup raised."""
+        async with self._lock:
+            await self._settle_region()
+            await self._list_zones()
 
     async def ready(self) -> None:
         """Settle region, cluster ID and zones once (see the module docstring)."""
@@ -109,13 +122,11 @@ class AwsContext:
         async with self._lock:
             if self._ready:
                 return
-            if not self.region:
-                self.region = await self._region()
-                self.client.region = self.region
+            await self._settle_region()
             if not self.tagging.cluster_id:
                 self.tagging = await self._tagging()
                 self.lookup.tagging = self.tagging
-            await self.zones.fill()
+            await self._list_zones()
             self._ready = True
         for warning in self.config.warnings:
             log.warning("aws.config-ignored", detail=warning)
@@ -127,6 +138,16 @@ class AwsContext:
             credentials=self.client.credentials.description if self.client.credentials else None,
             overrides=[f"{o.service}={o.url}" for o in self.config.service_overrides],
         )
+
+    async def _settle_region(self) -> None:
+        if not self.region:
+            self.region = await self._region()
+            self.client.region = self.region
+
+    async def _list_zones(self) -> None:
+        if not self._zones_listed:
+            await self.zones.fill()
+            self._zones_listed = True
 
     async def _region(self) -> str:
         region = (

@@ -39,6 +39,8 @@ __all__ = [
     "NetworkInterface",
     "RouteEntry",
     "RouteTable",
+    "add_changed_tags",
+    "apply_difference",
     "chunks",
     "describe_availability_zones",
     "describe_by_filters",
@@ -92,6 +94,29 @@ async def apply_difference(
     for action, members in ((remove, have - want), (add, want - have)):
         for chunk in chunks(sorted(members), per_call):
             await client.call(service, action, params(chunk), target=where)
+
+
+async def add_changed_tags(
+    client: AwsClient,
+    service: str,
+    resource: Mapping[str, object],
+    wanted: Mapping[str, str],
+    *,
+    where: str,
+) -> None:
+    """Set the tags of a load balancer that `wanted` adds or changes (a tag no longer wanted
+    stays, as upstream: it may be someone else's). `resource` names it in both DescribeTags
+    and AddTags: `{"LoadBalancerNames": [name]}` (elb) or `{"ResourceArns": [arn]}` (elbv2)."""
+    answer = await client.call(service, "DescribeTags", resource, target=where)
+    items = answer.get("TagDescriptions")
+    held: dict[str, str] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, Mapping):
+            held.update(tags_of(item.get("Tags")))
+    change = {k: v for k, v in wanted.items() if held.get(k) != v}
+    if change:
+        tags = [{"Key": k, "Value": v} for k, v in change.items()]
+        await client.call(service, "AddTags", {**resource, "Tags": tags}, target=where)
 
 
 def filters(spec: Mapping[str, Sequence[str]]) -> list[dict[str, object]]:

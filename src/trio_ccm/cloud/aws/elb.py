@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from trio_ccm.cloud.aws.annotations import ClbListener, LoadBalancerPlan, refuse_scheme_change
 from trio_ccm.cloud.aws.codec import Parsed
-from trio_ccm.cloud.aws.ec2 import apply_difference
+from trio_ccm.cloud.aws.ec2 import add_changed_tags, apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import (
     Rule,
@@ -37,7 +37,7 @@ from trio_ccm.cloud.aws.network import (
     find_group,
     reconcile_rules,
 )
-from trio_ccm.cloud.aws.tags import service_tags, tags_of
+from trio_ccm.cloud.aws.tags import service_tags
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
@@ -192,7 +192,9 @@ class Clbs:
                 )
         else:
             await self._sync_subnets(plan, found, [s.id for s in subnets], where)
-            await self._sync_tags(plan.name, tags, where)
+            await add_changed_tags(
+                self._context.client, "elb", {"LoadBalancerNames": [plan.name]}, tags, where=where
+            )
             await self._sync_listeners(plan, found, where)
             held = found.get("SecurityGroups")
             if [str(g) for g in (held if isinstance(held, list) else ())] != groups:
@@ -272,30 +274,6 @@ class Clbs:
             )
         if gone or added:
             log.info("aws.clb-subnets-changed", load_balancer=plan.name, added=added, gone=gone)
-
-    async def _sync_tags(self, name: str, wanted: Mapping[str, str], where: str) -> None:
-        """Tags added or changed since creation are set (upstream adds them; a tag no longer
-        annotated stays, as upstream: it may be someone else's)."""
-        client = self._context.client
-        answer = await client.call(
-            "elb", "DescribeTags", {"LoadBalancerNames": [name]}, target=where
-        )
-        items = answer.get("TagDescriptions")
-        held: dict[str, str] = {}
-        for item in items if isinstance(items, list) else ():
-            if isinstance(item, Mapping):
-                held.update(tags_of(item.get("Tags")))
-        change = {k: v for k, v in wanted.items() if held.get(k) != v}
-        if change:
-            await client.call(
-                "elb",
-                "AddTags",
-                {
-                    "LoadBalancerNames": [name],
-                    "Tags": [{"Key": k, "Value": v} for k, v in change.items()],
-                },
-                target=where,
-            )
 
     async def _sync_policies(
         self, plan: LoadBalancerPlan, found: Mapping[str, object], where: str

@@ -35,10 +35,10 @@ from trio_ccm.cloud.aws.annotations import (
     refuse_scheme_change,
 )
 from trio_ccm.cloud.aws.codec import Parsed
-from trio_ccm.cloud.aws.ec2 import apply_difference
+from trio_ccm.cloud.aws.ec2 import add_changed_tags, apply_difference
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import Subnet, choose_subnets
-from trio_ccm.cloud.aws.tags import service_tags, tags_of
+from trio_ccm.cloud.aws.tags import service_tags
 from trio_ccm.cloud.provider import ServiceRefused
 from trio_ccm.logs import get_logger
 
@@ -259,7 +259,9 @@ class Nlbs:
                     {"LoadBalancerArn": arn, "SecurityGroups": list(security_groups)},
                     target=where,
                 )
-            await self._sync_tags(arn, tags, where)
+            await add_changed_tags(
+                self._context.client, "elbv2", {"ResourceArns": [arn]}, tags, where=where
+            )
             listeners = _items(
                 await client.call(
                     "elbv2", "DescribeListeners", {"LoadBalancerArn": arn}, target=where
@@ -494,26 +496,6 @@ class Nlbs:
             {"LoadBalancerArn": arn, "Attributes": change},
             target=where,
         )
-
-    async def _sync_tags(self, arn: str, wanted: Mapping[str, str], where: str) -> None:
-        """Tags added or changed since creation are set (a tag no longer annotated stays:
-        it may be someone else's)."""
-        client = self._context.client
-        answer = await client.call("elbv2", "DescribeTags", {"ResourceArns": [arn]}, target=where)
-        held: dict[str, str] = {}
-        for item in _items(answer, "TagDescriptions"):
-            held.update(tags_of(item.get("Tags")))
-        change = {k: v for k, v in wanted.items() if held.get(k) != v}
-        if change:
-            await client.call(
-                "elbv2",
-                "AddTags",
-                {
-                    "ResourceArns": [arn],
-                    "Tags": [{"Key": k, "Value": v} for k, v in change.items()],
-                },
-                target=where,
-            )
 
     async def _forgiving(self, action: str, params: Mapping[str, object], where: str) -> None:
         """`action`, gone already being success."""

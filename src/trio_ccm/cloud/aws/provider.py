@@ -34,8 +34,8 @@ class AwsProvider:
 
     `environ` replaces the process environment (credentials, region, metadata endpoint);
     `transport` the network (tests); `now` the wall clock credential expiry is read with.
-    Nothing is called before `initialize()` (or the first provider call) settles the region
-    and the cluster ID; `aclose()` closes the HTTP client.
+    Nothing is called before `check()` (the start-up probe), `initialize()` or the first
+    provider call settles the region; `aclose()` closes the HTTP client.
     """
 
     name = "aws"
@@ -76,6 +76,14 @@ class AwsProvider:
                 delay = min(_INIT_RETRY_CAP_S, delay * 2)
                 continue
             return
+
+    async def check(self) -> None:
+        """The start-up probe every replica makes, leading or not: one read-only call,
+        DescribeAvailabilityZones in the configured region (the call `initialize()` needs
+        anyway; its answer is kept). Raises what failed: an unreachable endpoint
+        (AwsServerError naming the URL), refused credentials (AwsError naming the fix), no
+        region (ConfigError)."""
+        await self.context.probe()
 
     async def aclose(self) -> None:
         await self.context.aclose()

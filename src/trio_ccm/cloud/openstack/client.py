@@ -52,7 +52,6 @@ import math
 import random
 import re
 import ssl
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -61,7 +60,7 @@ import httpx
 import msgspec
 import trio
 
-from trio_ccm.cloud import fence
+from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.openstack.errors import (
     ConflictError,
     NotFoundError,
@@ -87,8 +86,6 @@ log = get_logger("trio_ccm.cloud.openstack.client")
 DEFAULT_TIMEOUT_S: Final = 60.0
 """OCCM's `[Metadata] request-timeout` default."""
 USER_AGENT: Final = "trio-ccm openstack-cloud-controller-manager"
-_BACKOFF_BASE_S: Final = 0.2
-_BACKOFF_CAP_S: Final = 5.0
 _REFRESH_MARGIN_S: Final = 300.0
 _IDEMPOTENT: Final = frozenset({"GET", "HEAD"})
 _MAX_PAGES: Final = 10_000
@@ -155,25 +152,22 @@ class Credentials:
         return found
 
     def _user_domain(self) -> dict[str, str]:
-        if self.user_domain_id:
-            return {"id": self.user_domain_id}
-        if self.user_domain_name:
-            return {"name": self.user_domain_name}
-        if self.domain_id:
-            return {"id": self.domain_id}
-        if self.domain_name:
-            return {"name": self.domain_name}
-        return {}
+        return self._domain(self.user_domain_id, self.user_domain_name)
 
     def _project_domain(self) -> dict[str, str]:
-        if self.project_domain_id:
-            return {"id": self.project_domain_id}
-        if self.project_domain_name:
-            return {"name": self.project_domain_name}
-        if self.domain_id:
-            return {"id": self.domain_id}
-        if self.domain_name:
-            return {"name": self.domain_name}
+        return self._domain(self.project_domain_id, self.project_domain_name)
+
+    def _domain(self, own_id: str, own_name: str) -> dict[str, str]:
+        """The first domain given: the object's own (ID, then name), else the fallback
+        `domain_*` (ID, then name); {} when none is."""
+        for key, value in (
+            ("id", own_id),
+            ("name", own_name),
+            ("id", self.domain_id),
+            ("name", self.domain_name),
+        ):
+            if value:
+                return {key: value}
         return {}
 
     def _user(self) -> dict[str, Any]:
@@ -272,7 +266,6 @@ class OpenStackClient:
         self.interface = interface.removesuffix("URL") or "public"
         self.endpoint_overrides = dict(endpoint_overrides or {})
         self.timeout_s = timeout_s
-        self.max_attempts = max_attempts
         verify: ssl.SSLContext | bool
         if tls_insecure:
             verify = False
@@ -294,22 +287,25 @@ class OpenStackClient:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
             headers={"User-Agent": user_agent, "Accept": "application/json"},
         )
-        self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter
+        self._attempts = Attempts(cloud="openstack", max_attempts=max_attempts, rng=rng)
         self._token: _Token | None = None
         self._auth_lock = trio.Lock()
-        self._calls: Counter[str] = Counter()
-        self._retries = 0
-        self._throttles = 0
         self._auths = 0
+
+    @property
+    def max_attempts(self) -> int:
+        """Requests sent for one call at the most (retries included; a re-auth is not one)."""
+        return self._attempts.max_attempts
 
     async def aclose(self) -> None:
         await self.http.aclose()
 
     def statistics(self) -> ClientStatistics:
+        attempts = self._attempts
         return ClientStatistics(
-            calls=dict(self._calls),
-            retries=self._retries,
-            throttles=self._throttles,
+            calls=dict(attempts.calls),
+            retries=attempts.retries,
+            throttles=attempts.throttles,
             auths=self._auths,
         )
 
@@ -355,25 +351,16 @@ class OpenStackClient:
             )
         url = self._tokens_url()
         body = msgspec.json.encode(self.credentials.auth_body())
-        attempt = 0
-        while True:
-            attempt += 1
+
+        async def once() -> _Token:
             started = trio.current_time()
             try:
                 response = await self._send(
                     "identity", "POST", path, url, content=body, params=None, headers=None
                 )
-            except _NotSent as exc:
-                if attempt < self.max_attempts:
-                    await self._backoff(exc.error, attempt)
-                    continue
-                raise exc.error from exc.__cause__
             except _Sent as exc:
                 # Asking for a token changes nothing: sending it again is safe.
-                if attempt < self.max_attempts:
-                    await self._backoff(exc.error, attempt)
-                    continue
-                raise exc.error from exc.__cause__
+                raise Retry(exc.error) from exc.__cause__
             status = response.status_code
             if status in (413, 429):
                 raise self._throttled("identity", "POST", path, response)
@@ -386,10 +373,7 @@ class OpenStackClient:
                     status=status,
                     server_message=_server_message(response.content),
                 )
-                if attempt < self.max_attempts:
-                    await self._backoff(error, attempt)
-                    continue
-                raise error
+                raise Retry(error)
             if status in (401, 403):
                 raise OpenStackAuthError(
                     "Keystone refused the credentials "
@@ -421,16 +405,15 @@ class OpenStackClient:
                     path=path,
                     status=status,
                 )
-                if attempt < self.max_attempts:
-                    await self._backoff(error, attempt)
-                    continue
-                raise error from exc
+                raise Retry(error) from exc
             self._auths += 1
             margin = min(_REFRESH_MARGIN_S, lifetime / 4)
             log.debug(
                 "openstack.authenticated", lifetime_s=lifetime, method=self.credentials.method
             )
             return _Token(value, started + lifetime - margin, catalog, project)
+
+        return await self._attempts.run(once)
 
     # -- the catalog ---------------------------------------------------------------------
     async def endpoint(self, service: str) -> str:
@@ -485,9 +468,9 @@ class OpenStackClient:
         content = msgspec.json.encode(json) if json is not None else None
         mutating = method not in _IDEMPOTENT
         reauthed = False
-        attempt = 0
-        while True:
-            attempt += 1
+
+        async def once() -> Any:
+            nonlocal reauthed
             token = await self._valid_token()
             url = await self.endpoint(service) + "/" + path.lstrip("/")
             sent_headers = {"X-Auth-Token": token.value}
@@ -499,25 +482,16 @@ class OpenStackClient:
                 response = await self._send(
                     service, method, path, url, content=content, params=params, headers=sent_headers
                 )
-            except _NotSent as exc:
-                if attempt < self.max_attempts:
-                    await self._backoff(exc.error, attempt)
-                    continue
-                raise exc.error from exc.__cause__
             except _Sent as exc:
                 if mutating:
                     raise self._unknown(service, method, path, str(exc.error)) from exc.__cause__
-                if attempt < self.max_attempts:
-                    await self._backoff(exc.error, attempt)
-                    continue
-                raise exc.error from exc.__cause__
+                raise Retry(exc.error) from exc.__cause__
             status = response.status_code
             if status == 401 and not reauthed:
                 reauthed = True
                 self._invalidate(token.value)
                 log.debug("openstack.reauth", service=service, method=method, path=path)
-                attempt -= 1
-                continue
+                raise Resend(counted=False)
             if status == 401:
                 raise OpenStackAuthError(
                     "the service refused a fresh token; check the user's roles on the project "
@@ -549,10 +523,7 @@ class OpenStackClient:
                     server_message=_server_message(response.content),
                     request_id=_request_id(response),
                 )
-                if attempt < self.max_attempts:
-                    await self._backoff(error, attempt)
-                    continue
-                raise error
+                raise Retry(error)
             if status >= 400:
                 raise _error_for(service, method, path, response)
             body = response.content
@@ -576,10 +547,9 @@ class OpenStackClient:
                     path=path,
                     status=status,
                 )
-                if attempt < self.max_attempts:
-                    await self._backoff(error, attempt)
-                    continue
-                raise error from exc
+                raise Retry(error) from exc
+
+        return await self._attempts.run(once, service=service, method=method, path=path)
 
     async def list(
         self,
@@ -628,10 +598,10 @@ class OpenStackClient:
         params: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
     ) -> httpx.Response:
-        """One attempt, bounded by timeout_s; `_NotSent`/`_Sent` on transport failures."""
-        # The leadership fence, right before each request leaves (every attempt).
-        fence.check()
-        self._calls[call_key(service, method, path)] += 1
+        """One attempt, bounded by timeout_s. A request that never left raises `Retry`
+        (safe to send again, whatever the method); one that failed after it left, `_Sent`
+        (the caller decides by the method)."""
+        self._attempts.leaving(call_key(service, method, path))
         query = _query(params)
         sent = False
         try:
@@ -656,17 +626,17 @@ class OpenStackClient:
             raise _Sent(error) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             error = OpenStackServerError(
-                f"{url} is unreachable ({_explain(exc)}); check the network path to the "
+                f"{url} is unreachable ({explain(exc)}); check the network path to the "
                 "cloud and the catalog's endpoints (or [Global] auth-url)",
                 service=service,
                 method=method,
                 path=path,
             )
-            raise _NotSent(error) from exc
+            raise Retry(error) from exc
         except (httpx.TransportError, httpx.DecodingError) as exc:
             error = OpenStackServerError(
                 f"the connection failed {'while reading the answer' if sent else 'while sending'} "
-                f"({_explain(exc)})",
+                f"({explain(exc)})",
                 service=service,
                 method=method,
                 path=path,
@@ -689,7 +659,7 @@ class OpenStackClient:
     def _throttled(
         self, service: str, method: str, path: str, response: httpx.Response
     ) -> OpenStackThrottledError:
-        self._throttles += 1
+        self._attempts.throttled()
         retry_after = _retry_after_s(response.headers.get("Retry-After"))
         error = OpenStackThrottledError(
             "the cloud's rate limit refused the call"
@@ -703,17 +673,6 @@ class OpenStackClient:
         error.retry_after_s = retry_after
         log.debug("openstack.throttled", service=service, method=method, path=path)
         return error
-
-    async def _backoff(self, error: OpenStackError, attempt: int) -> None:
-        self._retries += 1
-        delay = self._rng.uniform(0, min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (attempt - 1)))
-        log.debug("openstack.retrying", attempt=attempt, delay_s=delay, error=str(error))
-        await trio.sleep(delay)
-
-
-class _NotSent(Exception):  # noqa: N818 - internal signal, never escapes
-    def __init__(self, error: OpenStackError) -> None:
-        self.error = error
 
 
 class _Sent(Exception):  # noqa: N818 - internal signal, never escapes
@@ -844,15 +803,3 @@ def _error_for(service: str, method: str, path: str, response: httpx.Response) -
 def _snippet(body: bytes) -> str:
     text = body[:120].decode("utf-8", "replace").replace("\n", " ").strip()
     return repr(text) + ("..." if len(body) > 120 else "")
-
-
-def _explain(exc: BaseException) -> str:
-    parts: list[str] = []
-    current: BaseException | None = exc
-    seen: set[int] = set()
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = str(current).strip()
-        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
-        current = current.__cause__ or current.__context__
-    return " <- ".join(parts[:3])

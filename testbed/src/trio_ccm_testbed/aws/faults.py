@@ -6,6 +6,9 @@ for the requests a rule matches, answers as AWS does when it misbehaves:
 - `throttle()`: EC2's `RequestLimitExceeded` with HTTP 503 (EC2's error document), ELB's
   and STS's `Throttling` with HTTP 400 (the query protocol's `ErrorResponse`);
 - `server_error()`: HTTP 500 `InternalError` (EC2) / `InternalFailure` (query services);
+  with `landed=True` the request is applied first (moto handles it) and only its answer
+  is lost, as when AWS's front end fails after the change landed: the client cannot tell
+  it from a failure before applying, an unknown outcome;
 - `latency()`: the answer, `seconds` later;
 - `garbage()`: HTTP 200 with an HTML page (what moto itself answers for an unimplemented
   filter), or with the real answer cut in half.
@@ -46,7 +49,7 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 @dataclass
 class Fault:
-    """One rule: `kind` is throttle, error, latency, html or truncated."""
+    """One rule: `kind` is throttle, error, latency, html, truncated or lost."""
 
     kind: str
     action: str | None = None
@@ -95,9 +98,12 @@ class Faults:
         service: str | None = None,
         status: int = 500,
         times: int | None = 1,
+        landed: bool = False,
     ) -> Fault:
+        """HTTP `status` with AWS's internal-error body; `landed`: after applying the
+        request (see the module docstring)."""
         code = "InternalError" if service in (None, "ec2") else "InternalFailure"
-        return self.add(Fault("error", action, service, times, status, code))
+        return self.add(Fault("lost" if landed else "error", action, service, times, status, code))
 
     def latency(
         self,
@@ -174,6 +180,8 @@ class Faults:
                 return app(environ, start_response)
             if fault.kind == "truncated":
                 return _truncated(app, environ, start_response)
+            if fault.kind == "lost":
+                _handled(app, environ)
             if fault.kind == "html":
                 return _answer(start_response, 200, "text/html", _HTML)
             return _answer(
@@ -243,16 +251,19 @@ def _answer(start_response: Callable[..., Any], status: int, kind: str, body: by
     return [body]
 
 
+def _handled(app: WsgiApp, environ: dict[str, Any]) -> bytes:
+    """What `app` answers to the request (it is applied), kept from the client."""
+
+    def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
+        return lambda _data: None
+
+    return b"".join(app(environ, capture))
+
+
 def _truncated(
     app: WsgiApp, environ: dict[str, Any], start_response: Callable[..., Any]
 ) -> list[bytes]:
     """The real answer, cut in half (as a connection dropped mid-body would leave it)."""
-    captured: list[Any] = []
-
-    def capture(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[..., Any]:
-        captured.append(status)
-        return lambda _data: None
-
-    body = b"".join(app(environ, capture))
+    body = _handled(app, environ)
     half = body[: len(body) // 2]
     return _answer(start_response, 200, "text/xml", half)

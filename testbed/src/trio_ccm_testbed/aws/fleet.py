@@ -21,18 +21,13 @@ two `poll_s`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from collections.abc import Mapping
+from typing import Any, Final
 
-import trio
-
-from trio_ccm.logs import get_logger
 from trio_ccm_testbed.aws.world import World
+from trio_ccm_testbed.polling import FleetRoute, Instance, PolledFleet
 
 __all__ = ["FleetRoute", "MotoFleet", "MotoInstance"]
-
-log = get_logger("trio_ccm_testbed.aws.fleet")
 
 # EC2 states as a kubelet lives them: it runs from `pending` on, and is silent once the
 # instance is stopping or shutting down.
@@ -46,69 +41,23 @@ _STATES: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class MotoInstance:
-    """An instance of the snapshot: `name` and `hostname` are its private DNS name."""
-
-    id: str
-    name: str
-    hostname: str
-    state: str
-    zone: str
+MotoInstance = Instance
+"""An instance of the snapshot: `name` and `hostname` are its private DNS name."""
 
 
-@dataclass(frozen=True, slots=True)
-class FleetRoute:
-    """A route of the cluster's route table (the VPC's local route left out)."""
-
-    destination: str
-    target: str
-    blackhole: bool
-
-
-class MotoFleet:
+class MotoFleet(PolledFleet[MotoInstance, FleetRoute]):
     """A snapshot of `world`'s instances and routes, refreshed by `serve` (module docstring)."""
 
     def __init__(self, world: World, *, poll_s: float = 1.0) -> None:
-        if not poll_s > 0:
-            raise ValueError(f"poll_s={poll_s!r}: must be a positive number of seconds")
+        super().__init__(poll_s=poll_s)
         self.world = world
-        self.poll_s = poll_s
-        self._instances: tuple[MotoInstance, ...] = ()
-        self._routes: tuple[FleetRoute, ...] = ()
 
     def __repr__(self) -> str:
         return f"MotoFleet({self.world.server.url}, vpc {self.world.vpc_id})"
 
-    # -- what the testbed reads -------------------------------------------------------
-    def instances(self) -> Sequence[MotoInstance]:
-        return self._instances
-
-    def routes(self) -> Sequence[FleetRoute]:
-        return self._routes
-
     def call_counts(self) -> Mapping[str, int]:
         """The CCM's requests to moto, by `service:action` (the harness's own excluded)."""
         return self.world.server.faults.counts()
-
-    # -- refreshing -------------------------------------------------------------------
-    async def refresh(self) -> None:
-        """Take a new snapshot now (in a worker thread)."""
-        self._instances, self._routes = await trio.to_thread.run_sync(self._read)
-
-    async def serve(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> NoReturn:
-        """Refresh every `poll_s` until cancelled; started once the first snapshot is taken.
-        A failed refresh keeps the last snapshot and is logged."""
-        await self.refresh()
-        task_status.started()
-        while True:
-            await trio.sleep(self.poll_s)
-            try:
-                await self.refresh()
-            except Exception as exc:
-                log.warning("fleet.refresh-failed", error=f"{type(exc).__name__}: {exc}")
 
     def _read(self) -> tuple[tuple[MotoInstance, ...], tuple[FleetRoute, ...]]:
         ec2 = self.world.client("ec2")

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import botocore.exceptions
 import trio
 
 from trio_ccm_testbed.aws.server import TEST_CREDENTIALS, MotoServer
@@ -49,6 +50,7 @@ UNINITIALIZED_TAINT: Final = {
 _VPC_CIDR: Final = "10.0.0.0/16"
 _RUN_BATCH: Final = 100
 _EXAMPLE_AMI: Final = "ami-12c6146b"  # moto's example AMI
+_VANISHED_REREADS: Final = 5  # reads of balancing() before a vanishing resource is raised
 
 
 def ready_condition(ready: bool) -> dict[str, str]:
@@ -465,8 +467,19 @@ def _read_balancing(world: World) -> Balancing:
 
 
 async def balancing(world: World) -> Balancing:
-    """moto's load balancers, target groups and security groups, read now."""
-    return await trio.to_thread.run_sync(_read_balancing, world)
+    """moto's load balancers, target groups and security groups, read now (read again when
+    one is deleted between its listing and its details: a CCM may be deleting meanwhile)."""
+    return await trio.to_thread.run_sync(_read_balancing_settled, world)
+
+
+def _read_balancing_settled(world: World) -> Balancing:
+    for _ in range(_VANISHED_REREADS):
+        try:
+            return _read_balancing(world)
+        except botocore.exceptions.ClientError as exc:
+            if "NotFound" not in str(exc.response.get("Error", {}).get("Code", "")):
+                raise
+    return _read_balancing(world)
 
 
 async def certificate(world: World, domain: str = "example.com") -> str:

@@ -22,20 +22,17 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import partial
-from typing import Final, NoReturn
+from typing import Final
 
-import structlog
 import trio
 
 from trio_ccm_testbed.openstack.rest import Json, Rest
 from trio_ccm_testbed.openstack.world import OpenStackWorld
+from trio_ccm_testbed.polling import FleetRoute, Instance, PolledFleet
 
 __all__ = ["FleetRoute", "OpenStackFleet", "Server"]
-
-log = structlog.get_logger("trio_ccm_testbed.openstack.fleet")
 
 _RUNNING: Final = frozenset({"ACTIVE", "BUILD", "REBOOT", "HARD_REBOOT", "MIGRATING"})
 # Listed for a moment while Nova finishes a deletion: the instance is gone.
@@ -43,24 +40,8 @@ _GONE: Final = {"DELETED": "terminated", "SOFT_DELETED": "terminated"}
 _ID: Final = re.compile(r"/[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
 
 
-@dataclass(frozen=True, slots=True)
-class Server:
-    """A server of the snapshot: `name` is its Node's name, `zone` its availability zone."""
-
-    id: str
-    name: str
-    hostname: str
-    state: str
-    zone: str
-
-
-@dataclass(frozen=True, slots=True)
-class FleetRoute:
-    """An extra route of the cluster router."""
-
-    destination: str
-    target: str
-    blackhole: bool = False
+Server = Instance
+"""A server of the snapshot: `name` and `hostname` are the server's name."""
 
 
 def action(method: str, target: str) -> str:
@@ -70,20 +51,16 @@ def action(method: str, target: str) -> str:
     return f"{method} {_ID.sub('/{id}', path)}"
 
 
-class OpenStackFleet:
+class OpenStackFleet(PolledFleet[Server, FleetRoute]):
     """A snapshot of `world`'s servers and router routes, refreshed by `serve`."""
 
     def __init__(
         self, world: OpenStackWorld, *, poll_s: float = 1.0, name_prefix: str = ""
     ) -> None:
-        if not poll_s > 0:
-            raise ValueError(f"poll_s={poll_s!r}: must be a positive number of seconds")
+        super().__init__(poll_s=poll_s)
         self.world = world
-        self.poll_s = poll_s
         self.name_prefix = name_prefix
         """Only the servers whose name starts with it (a test's own, in a shared world)."""
-        self._servers: tuple[Server, ...] = ()
-        self._routes: tuple[FleetRoute, ...] = ()
         self._rest = Rest(
             world.layout,
             world.ccm_auth["username"],
@@ -94,13 +71,7 @@ class OpenStackFleet:
     def __repr__(self) -> str:
         return f"OpenStackFleet({self.world.auth_url})"
 
-    # -- what the testbed reads -------------------------------------------------------
-    def instances(self) -> Sequence[Server]:
-        return self._servers
-
-    def routes(self) -> Sequence[FleetRoute]:
-        return self._routes
-
+    # -- what the testbed reads (beside the snapshot) ---------------------------------
     def call_counts(self) -> Mapping[str, int]:
         """The CCM's requests through the proxy, by `service:action`."""
         counts: Counter[str] = Counter()
@@ -145,26 +116,6 @@ class OpenStackFleet:
                 time.sleep(0.5)
 
     # -- refreshing -------------------------------------------------------------------
-    async def refresh(self) -> None:
-        """Take a new snapshot now (in a worker thread)."""
-        self._servers, self._routes = await trio.to_thread.run_sync(self._read)
-
-    async def serve(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> NoReturn:
-        """Refresh every `poll_s` until cancelled; started once the first snapshot is taken.
-        A failed refresh keeps the last snapshot and is logged."""
-        await self.refresh()
-        task_status.started()
-        while True:
-            await trio.sleep(self.poll_s)
-            try:
-                await self.refresh()
-            except Exception as exc:
-                # Cancelled meanwhile (the world stopping under the refresh): no warning.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                log.warning("fleet.refresh-failed", error=f"{type(exc).__name__}: {exc}")
-
     def _read(self) -> tuple[tuple[Server, ...], tuple[FleetRoute, ...]]:
         servers = self._rest.get("compute", "/servers/detail")["servers"]
         router = self._rest.get("network", f"/v2.0/routers/{self.world.router_id}")["router"]
