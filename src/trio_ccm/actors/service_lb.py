@@ -354,16 +354,17 @@ class _LbTerm(LbFeeds):
         changed = ingress != service.status.load_balancer.ingress
         if changed or not quiet:
             info(self.ctx, service, reason=REASON_ENSURED_LB, message="Ensured load balancer")
-        annotated = await self.annotate(key, service, status.annotations)
-        if annotated is not None:
-            # Its echo is older than the status write below, or is the last write: either
-            # way it is no change of the Service (the fingerprint is the annotated one).
-            service, written = annotated, annotated.metadata.resource_version
         if changed:
             written = await self.patch_status(key, set_load_balancer_status(ingress))
             log.info(
                 "service.status-updated", service=key, ingress=[i.ip or i.hostname for i in ingress]
             )
+        # After the status: a refused annotation write (RBAC) leaves the Service served.
+        annotated = await self.annotate(key, service, status.annotations)
+        if annotated is not None:
+            # The last write: its echo is no change of the Service, as the fingerprint
+            # recorded below is the annotated Service's.
+            service, written = annotated, annotated.metadata.resource_version
         record.handled = service
         record.synced = Synced(
             service.metadata.uid, fingerprint(service), backends.node_set, ingress

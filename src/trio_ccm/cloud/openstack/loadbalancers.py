@@ -30,9 +30,17 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
 - **ERROR**: a load balancer this cluster owns found in ERROR is deleted (with our
   floating IP) and an error says so (the controller's Warning Event); the next try
   creates it again.
-- **Ownership**: a load balancer tagged with another cluster's identity is refused
-  (`ServiceRefused`), even with the same `--cluster-name`; one carrying no owner tag (made
-  by OCCM) is adopted. Shared load balancers (`load-balancer-id` naming another Service's or
+- **Written back** (`LoadBalancerStatus.annotations`, set on the Service by the
+  controller): `load-balancer-id` and `load-balancer-address`, as OCCM. The id annotation
+  naming the Service's own load balancer is no change of its plan (`_as_applied`); after a
+  restart it is found in the one listing. Replaced in ERROR, the old id is recognised (this
+  process) and the new load balancer found by name until the new id is written.
+- **Ownership**: the cluster identity comes from the running CCM (`use_cluster_identity`,
+  the kube-system Namespace UID). A load balancer tagged with another cluster's identity is
+  refused (`ServiceRefused`), even with the same `--cluster-name`, and a deletion leaves it
+  alone (it is none of this Service's); one carrying no owner tag (made by OCCM, or by
+  trio-ccm before the identity was known) is adopted and tagged on its next full
+  reconcile. Shared load balancers (`load-balancer-id` naming another Service's or
   a user's) get only this Service's listeners (tagged with its name) and its name tag, up
   to `max-shared-lb`; they are never deleted by a Service that does not own them.
 """
@@ -51,6 +59,7 @@ import trio
 from trio_ccm.cloud.openstack.errors import NotFoundError
 from trio_ccm.cloud.openstack.floatingips import FloatingIps
 from trio_ccm.cloud.openstack.lbconfig import (
+    LB_ADDRESS,
     LB_ID,
     LbOptions,
     LbPlan,
@@ -377,14 +386,16 @@ class OpenStackLoadBalancers:
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
         """Make the load balancer what the Service asks for; its status carries the
-        `load-balancer-id` annotation to write back (as OCCM), naming the load balancer
-        the Service uses, so that it is found by id from then on."""
-        lb_id, status = await self._ensure(cluster, service, nodes)
-        return dataclasses.replace(status, annotations={LB_ID: lb_id})
+        annotations to write back (as OCCM): `load-balancer-id`, naming the load balancer
+        the Service uses, so that it is found by id from then on, and
+        `load-balancer-address`, the address it serves at (useful behind a hostname)."""
+        lb_id, address, status = await self._ensure(cluster, service, nodes)
+        annotations = {LB_ID: lb_id} | ({LB_ADDRESS: address} if address else {})
+        return dataclasses.replace(status, annotations=annotations)
 
     async def _ensure(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
-    ) -> tuple[str, LoadBalancerStatus]:
+    ) -> tuple[str, str, LoadBalancerStatus]:
         p = self._plan(cluster, service)
         feats = await self.octavia.features()
         self._check_features(p, feats, service)
@@ -423,7 +434,7 @@ class OpenStackLoadBalancers:
                 if await self._members_only(service, lb_id, p, wanted, status):
                     if p.manage_security_groups:
                         await self.groups.ensure(p, service, nodes, wanted)
-                    return lb_id, status
+                    return lb_id, address, status
         else:
             self._check_shared(p, lb, service)
         pools = await self._reconcile(p, lb, wanted, feats, owned=owned)
@@ -455,7 +466,7 @@ class OpenStackLoadBalancers:
             status=status,
         )
         log.info("openstack.lb-ensured", service=service.key, lb=lb_id, address=address)
-        return lb_id, status
+        return lb_id, address, status
 
     async def _members_only(
         self,
