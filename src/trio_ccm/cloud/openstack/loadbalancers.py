@@ -33,8 +33,10 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
 - **Written back** (`LoadBalancerStatus.annotations`, set on the Service by the
   controller): `load-balancer-id` and `load-balancer-address`, as OCCM. The id annotation
   naming the Service's own load balancer is no change of its plan (`_as_applied`); after a
-  restart it is found in the one listing. Replaced in ERROR, the old id is recognised (this
-  process) and the new load balancer found by name until the new id is written.
+  restart it is found in the one listing. When the load balancer it names is gone, a
+  deletion has nothing to do; an ensure makes one again by name if the Service also carries
+  the written-back `load-balancer-address` (it was the Service's own: replaced after ERROR,
+  or deleted while the Service wanted none), else refuses (a user's id that names nothing).
 - **Ownership**: the cluster identity comes from the running CCM (`use_cluster_identity`,
   the kube-system Namespace UID). A load balancer tagged with another cluster's identity is
   refused (`ServiceRefused`), even with the same `--cluster-name`, and a deletion leaves it
@@ -186,9 +188,6 @@ class OpenStackLoadBalancers:
         self.groups = SecurityGroups(api)
         self._known: dict[str, _Known] = {}  # Service uid -> what we applied
         self._waits: dict[str, int] = {}  # Service uid -> PENDING rounds in a row
-        # Service uid -> the id of its load balancer deleted in ERROR: the id its
-        # load-balancer-id annotation still names until the new one is written back
-        self._replaced: dict[str, str] = {}
         self._listing: dict[str, list[dict[str, Any]]] | None = None
         self._listed_at = 0.0
         self._listing_lock = trio.Lock()
@@ -338,8 +337,12 @@ class OpenStackLoadBalancers:
             # the one written back is in the listing after a restart (no call of its own)
             listed = await self._listed(lb_id=p.shared_lb_id)
             lb = listed[0] if listed else await self.octavia.get_lb(p.shared_lb_id)
-            if lb is None and self._replaced.get(service.uid) == p.shared_lb_id:
-                return await self._by_name(p, service, gone, refuse=not deleting), True
+            if lb is None and deleting:
+                return None, False  # nothing to delete, whatever the annotation says
+            if lb is None and LB_ADDRESS in service.annotations:
+                # written back with the address: the Service's own, gone (replaced after
+                # ERROR, or deleted while the Service did not want one): made again by name
+                return await self._by_name(p, service, gone), True
             if lb is None:
                 raise ServiceRefused(
                     f"Service {service.key}: annotation loadbalancer.openstack.org/"
@@ -410,7 +413,6 @@ class OpenStackLoadBalancers:
             if owned:
                 await self._delete_owned(p, lb, keep_fip=p.keep_floating_ip)
                 self._known.pop(service.uid, None)
-                self._replaced[service.uid] = lb_id
                 raise CcmError(
                     f"load balancer {p.name} ({lb_id}) was in ERROR: deleted it, a new one is "
                     "made on the next try"
@@ -810,7 +812,6 @@ class OpenStackLoadBalancers:
     def _forget(self, service: ServiceInfo) -> None:
         self._known.pop(service.uid, None)
         self._waits.pop(service.uid, None)
-        self._replaced.pop(service.uid, None)
 
     async def _delete_owned(self, p: LbPlan, lb: Mapping[str, Any], *, keep_fip: bool) -> None:
         port_id = str(lb.get("vip_port_id") or "")
