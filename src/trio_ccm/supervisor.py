@@ -8,6 +8,7 @@ serve()                          root nursery
  ├─ cloud probe                   once: does the cloud answer? (said at start, also by standbys)
  ├─ leader election               campaigns; renews while leading, also while draining
  └─ while leading: a term         GracefulCancelScope
+      ├─ the cluster's identity       once, for a provider that wants it (ClusterIdentityAware)
       ├─ cloud.initialize()
       └─ each enabled controller ─ per-object actors
 ```
@@ -63,16 +64,17 @@ from trio_ccm.actors.keyed import GracefulCancelScope, KeyedActors
 from trio_ccm.base.observable import AsyncValue
 from trio_ccm.cloud.batching import MetadataBatcher
 from trio_ccm.cloud.budget import CloudBudget, Rate
-from trio_ccm.cloud.provider import CloudProvider, bulk_instances
+from trio_ccm.cloud.provider import CloudProvider, ClusterIdentityAware, bulk_instances
 from trio_ccm.errors import ConfigError, NotLeadingError
 from trio_ccm.health import Check, Endpoints, serve_http
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, load_config
+from trio_ccm.kube.errors import KubeError
 from trio_ccm.kube.events import EventRecorder, utc_now
 from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.leader import Clock, LeaderElector, default_identity
 from trio_ccm.kube.metrics import ClientMetrics, LeaderMetrics
-from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
+from trio_ccm.kube.objects import NAMESPACES, NODES, SERVICES, Node, Object, Service
 from trio_ccm.kube.wellknown import CONTROLLER_ALIASES
 from trio_ccm.logs import get_logger
 from trio_ccm.settings import Settings
@@ -91,6 +93,9 @@ the informer's own inactivity timeout: its watch is stuck and re-watching does n
 CLOUD_PROBE_S: Final = 10.0
 """How long the start-up probe of the cloud (`check()`) may take before it is reported."""
 _MANAGER: Final = "cloud-controller-manager"
+CLUSTER_IDENTITY_READ_S: Final = 30.0
+"""How long reading the kube-system Namespace (the cluster's identity) may take."""
+IDENTITY_NAMESPACE: Final = "kube-system"
 
 
 def resolve_controllers(
@@ -233,6 +238,7 @@ class _Replica:
         )
         # Built by open():
         self.clients: dict[str, KubeClient] = {}
+        self.shared_client: KubeClient | None = None
         self.recorders: dict[str, EventRecorder] = {}
         self.elector: LeaderElector | None = None
         self.nodes: Informer[Node]
@@ -251,6 +257,8 @@ class _Replica:
         self.stop_requested = trio.Event()
         self.campaign_scope = trio.CancelScope()
         self.campaign_done = trio.Event()
+        self.cluster_identity = ""
+        """The kube-system Namespace UID, once read ("": not read yet, or not wanted)."""
 
     # -- building ----------------------------------------------------------------------
     @asynccontextmanager
@@ -276,7 +284,7 @@ class _Replica:
                     )
                 )
 
-            shared = await client("shared-informers")
+            shared = self.shared_client = await client("shared-informers")
             resync = self.settings.min_resync_period_s * (1.0 + self.rng.random())
             self.nodes = Informer(shared, NODES, Node, resync_period_s=resync, rng=self.rng)
             self.services = Informer(
@@ -419,6 +427,7 @@ class _Replica:
         term = self.term = GracefulCancelScope()
         try:
             with term.scope:
+                await self.hand_cluster_identity()
                 await self.cloud.initialize()
                 for _kind, informer in self.informers.items():
                     await informer.wait_synced()
@@ -435,6 +444,42 @@ class _Replica:
         finally:
             self.acting.value = False
             self.term = None
+
+    async def hand_cluster_identity(self) -> None:
+        """For a provider that wants it (`ClusterIdentityAware`), the UID of the kube-system
+        Namespace, read once; a failure is logged with its fix, the provider is left as it
+        was built, and the next term reads again (`ClusterIdentityAware` says why)."""
+        provider = self.provider
+        if not isinstance(provider, ClusterIdentityAware) or self.cluster_identity:
+            return
+        assert self.shared_client is not None  # built by open()
+        error, uid = "", ""
+        with trio.move_on_after(CLUSTER_IDENTITY_READ_S) as scope:
+            try:
+                namespace = await self.shared_client.get(
+                    NAMESPACES, IDENTITY_NAMESPACE, type=Object
+                )
+            except KubeError as exc:
+                error = str(exc) or type(exc).__name__
+            else:
+                uid = namespace.metadata.uid
+                error = "" if uid else "the Namespace has no metadata.uid"
+        if scope.cancelled_caught:
+            error = f"no answer within {CLUSTER_IDENTITY_READ_S:g} s"
+        if error:
+            log.error(
+                "cluster-identity.unknown",
+                provider=provider.name,
+                error=error,
+                effect="the provider runs without the cluster's identity this term (for "
+                "openstack: load balancers are found by name alone, as OCCM does)",
+                fix=f"grant get on namespaces/{IDENTITY_NAMESPACE} "
+                "(deploy/rbac-openstack.yaml); it is read again when this replica next leads",
+            )
+            return
+        self.cluster_identity = uid
+        provider.use_cluster_identity(uid)
+        log.info("cluster-identity.known", provider=provider.name, identity=uid)
 
     async def run_controller(
         self,

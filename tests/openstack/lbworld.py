@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -278,13 +279,20 @@ def wait_lb_gone(conn: Any, lb_id: str, timeout_s: float = 60.0) -> None:
 async def open_lb_cluster(
     world: Any, tmp_path: Path, cluster: str, **lb_keys: str
 ) -> AsyncIterator[LbCluster]:
-    api = ApiServer(seed=1)
+    # Its own seed per cluster directory: each emulator's kube-system Namespace has its own
+    # UID, the identity trio-ccm tags load balancers with (two clusters never share one).
+    api = ApiServer(seed=zlib.crc32(f"{tmp_path.name}/{cluster}".encode()))
     await trio.Path(tmp_path).mkdir(parents=True, exist_ok=True)
     keys = {"subnet-id": world.subnet_id, "floating-network-id": world.external_network_id}
     keys.update(lb_keys)
     conf = world.write_cloud_conf(tmp_path / "cloud.conf", extra={"LoadBalancer": keys})
     async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as http:
         yield LbCluster(world, api, http, conf, cluster)
+
+
+def kube_system_uid(c: LbCluster) -> str:
+    """The cluster's identity, as trio-ccm reads it."""
+    return str(c.api.get("v1", "Namespace", "kube-system")["metadata"]["uid"])
 
 
 def provider_for(c: LbCluster, *, identity: str = "") -> OpenStackProvider:

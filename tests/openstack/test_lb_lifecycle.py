@@ -138,14 +138,14 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
     async with open_lb_cluster(openstack, tmp_path / "a", "lbown") as c:
         c.add_nodes(2)
         with trio.fail_after(900):
-            async with running(c, provider=provider_for(c, identity="cluster-a")):
+            async with running(c, provider=provider_for(c)):
                 for name in ("one", "two"):
                     c.create_service(name, node_ports=(30291 if name == "one" else 30292,))
                 for name in ("one", "two"):
                     await until(partial(c.ingress, name))
                 for name in ("one", "two"):  # nothing pending when the next replica starts
                     await settled_lb(c, name)
-            fresh = provider_for(c, identity="cluster-a")
+            fresh = provider_for(c)
             async with running(c, provider=fresh):
 
                 async def verified() -> bool:
@@ -168,10 +168,11 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
                     "load-balancer:GET:/v2/lbaas/loadbalancers/{id}/status": 2,
                 }
             await fresh.aclose()
-            # another cluster, same --cluster-name, its own identity: refused, not adopted
+            # another cluster, same --cluster-name, its own identity (the kube-system UID of
+            # its own emulator, read by its CCM): refused, not adopted
             async with open_lb_cluster(openstack, tmp_path / "b", "lbown") as other:
                 other.add_nodes(1, start=5)
-                async with running(other, provider=provider_for(other, identity="cluster-b")):
+                async with running(other, provider=provider_for(other)):
                     other.create_service("one", node_ports=(30291,))
 
                     async def refused() -> bool:
@@ -190,7 +191,7 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
                 "--delete-leaked-load-balancers",
                 "--leaked-load-balancer-grace=0s",
             )
-            async with running(c, *sweeping, provider=provider_for(c, identity="cluster-a")):
+            async with running(c, *sweeping, provider=provider_for(c)):
 
                 async def swept() -> bool:
                     return await sdk_call(lambda: c.leftovers("two")) == []

@@ -35,6 +35,7 @@ SURFACE = [
         [
             "BulkInstances",
             "CloudProvider",
+            "ClusterIdentityAware",
             "ImplementedElsewhere",
             "InstanceMetadata",
             "InstanceNotFoundError",

@@ -8,7 +8,9 @@ Contract:
 - **The finalizer is added before any cloud call** that could create something, so a load
   balancer never exists without a finalizer that makes sure it is deleted.
 - **Writes** go to `services/status` (finalizers too, as upstream): JSON patches guarded by
-  the finalizers seen; the status only when the ingress changes.
+  the finalizers seen; the status only when the ingress changes. Annotations a provider
+  asks for (`LoadBalancerStatus.annotations`) go to the Service itself, one merge patch
+  and only when a value differs.
 - **Backends** are the Nodes passing upstream's predicates (not being deleted, not excluded
   by label, not `ToBeDeletedByClusterAutoscaler`). A node-set change is pushed to every
   load balancer once it settles; what a load balancer holds is recorded only after the
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Mapping
 from functools import partial
 from typing import Final
 
@@ -65,7 +68,13 @@ from trio_ccm.errors import CcmError
 from trio_ccm.kube.errors import NotFoundError
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import SERVICES, Service
-from trio_ccm.kube.patches import Patch, add_finalizer, remove_finalizer, set_load_balancer_status
+from trio_ccm.kube.patches import (
+    Patch,
+    add_finalizer,
+    remove_finalizer,
+    set_annotations,
+    set_load_balancer_status,
+)
 from trio_ccm.kube.wellknown import (
     COMPONENT_SERVICE,
     FINALIZER_LB_CLEANUP,
@@ -350,6 +359,13 @@ class _LbTerm(LbFeeds):
             log.info(
                 "service.status-updated", service=key, ingress=[i.ip or i.hostname for i in ingress]
             )
+        # After the status: a refused annotation write (RBAC) leaves the Service served.
+        annotated = await self.annotate(key, service, status.annotations)
+        if annotated is not None:
+            # The last write: its echo is no change of the Service, as the fingerprint
+            # recorded below is the annotated Service's.
+            service, written = annotated, annotated.metadata.resource_version
+        record.handled = service
         record.synced = Synced(
             service.metadata.uid, fingerprint(service), backends.node_set, ingress
         )
@@ -459,6 +475,24 @@ class _LbTerm(LbFeeds):
         info(self.ctx, service, reason=REASON_DELETED_LB, message="Deleted load balancer")
         self.forget(key)
         log.info("service.load-balancer-cleaned-up", service=key, existed=exists)
+        return written
+
+    async def annotate(
+        self, key: str, service: Service, wanted: Mapping[str, str]
+    ) -> Service | None:
+        """Set the annotations the provider asked for (`LoadBalancerStatus.annotations`)
+        that the Service lacks or holds another value of: one merge patch of the Service
+        itself, through the term's fenced client. Returns the Service written (None: no
+        write was needed)."""
+        have = service.metadata.annotations
+        differ = {k: v for k, v in wanted.items() if have.get(k) != v}
+        if not differ:
+            return None
+        namespace, name = key.split("/", 1)
+        written = await self.ctx.kube.patch(
+            SERVICES, name, set_annotations(differ), namespace=namespace, type=Service
+        )
+        log.info("service.annotated", service=key, annotations=sorted(differ))
         return written
 
     async def patch_status(self, key: str, patch: Patch) -> str | None:

@@ -4,6 +4,7 @@ the shared call budget (`budget`) and lookup batching (`batching`)."""
 from trio_ccm.cloud.provider import (
     BulkInstances,
     CloudProvider,
+    ClusterIdentityAware,
     ImplementedElsewhere,
     InstanceMetadata,
     InstanceNotFoundError,
@@ -31,6 +32,7 @@ from trio_ccm.cloud.provider import (
 __all__ = [
     "BulkInstances",
     "CloudProvider",
+    "ClusterIdentityAware",
     "ImplementedElsewhere",
     "InstanceMetadata",
     "InstanceNotFoundError",

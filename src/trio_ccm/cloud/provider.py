@@ -18,6 +18,11 @@ are then skipped with a log line):
   uses.
 - `routes` (`Routes`): pod-network routes per Node.
 
+A provider may also implement `ClusterIdentityAware` (`use_cluster_identity`): trio-ccm then
+reads the UID of the `kube-system` Namespace once and hands it over before `initialize()`,
+so that the provider can tell this cluster's cloud resources from another's that runs with
+the same `--cluster-name`. A provider without it is never asked and nothing is read.
+
 Upstream's v1 `Instances` and `Zones` are folded into `instance_metadata` (as InstancesV2
 does); `Clusters` is used by no controller upstream and is left out.
 
@@ -49,6 +54,7 @@ __all__ = [
     "ADDRESS_TYPES",
     "BulkInstances",
     "CloudProvider",
+    "ClusterIdentityAware",
     "ImplementedElsewhere",
     "InstanceMetadata",
     "InstanceNotFoundError",
@@ -221,7 +227,15 @@ class ServiceInfo:
 
 @dataclass(frozen=True, slots=True)
 class LoadBalancerStatus:
+    """What `ensure_load_balancer` made: the Service's `status.loadBalancer.ingress`, and
+    `annotations` the provider wants on the Service (OCCM writes back
+    `loadbalancer.openstack.org/load-balancer-id`, so that the Service keeps its load
+    balancer). The service-lb-controller sets each one whose value differs, with one merge
+    patch of `metadata.annotations`, as leader only; it never removes an annotation. A
+    provider that sets none gets no extra write."""
+
     ingress: tuple[LoadBalancerIngress, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +390,24 @@ class CloudProvider(Protocol):
 
     async def initialize(self) -> None:
         """Called each time this replica becomes leader, before the controllers start."""
+        ...
+
+
+@runtime_checkable
+class ClusterIdentityAware(Protocol):
+    """Optional, on the provider object: it wants the cluster's identity.
+
+    The identity is the UID of the `kube-system` Namespace: it lives as long as the
+    cluster, and two clusters never share it, whatever their `--cluster-name`. trio-ccm
+    reads it once (with `get` on that Namespace, granted by `deploy/rbac-openstack.yaml`)
+    and calls `use_cluster_identity` before `initialize()` of the first term it leads. When
+    it cannot be read (no RBAC grant, the API failing), an error is logged naming the fix,
+    the method is not called, the provider goes on as it was built (typically as upstream
+    does, with no identity) and the read is tried again at the start of the next term.
+    """
+
+    def use_cluster_identity(self, identity: str) -> None:
+        """Take `identity` (the kube-system Namespace UID) as this cluster's, from now on."""
         ...
 
 

@@ -72,6 +72,7 @@ from trio_ccm_testbed.testbed import NODE_LEASE_S, Census, Fleet, Testbed
 
 if TYPE_CHECKING:
     from trio_ccm_testbed.aws import MotoServer
+    from trio_ccm_testbed.openstack import OpenStackWorld
 
 __all__ = ["run_apiserver", "run_demo", "run_testbed"]
 
@@ -448,9 +449,15 @@ class _World:
 
 
 async def _open_world(
-    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int, kubeconfig: str
+    nursery: trio.Nursery,
+    args: argparse.Namespace,
+    *,
+    nodes: int,
+    kubeconfig: str,
+    openstack: OpenStackWorld | None = None,
 ) -> _World:
-    """Start the two listeners and the kubelets in `nursery`; write the kubeconfig."""
+    """Start the two listeners and the kubelets in `nursery`; write the kubeconfig. With
+    --cloud=openstack, `openstack` is a world already started (else one is started here)."""
     rbac: list[str] | None = getattr(args, "rbac", None)
     token = secrets.token_urlsafe(24) if rbac is not None else None
     port_range = getattr(args, "service_node_port_range", None)
@@ -475,7 +482,9 @@ async def _open_world(
     if args.cloud == "aws":
         fleet, cloud_url, config, environ = await _open_aws(nursery, args, nodes=nodes)
     elif args.cloud == "openstack":
-        fleet, cloud_url, config = await _open_openstack(nursery, args, nodes=nodes)
+        fleet, cloud_url, config = await _open_openstack(
+            nursery, args, nodes=nodes, world=openstack
+        )
     else:
         pools = _pools(args)
         cloud = fleet = SimCloud(seed=args.seed, **pools)
@@ -556,14 +565,19 @@ async def _open_aws(
 
 
 async def _open_openstack(
-    nursery: trio.Nursery, args: argparse.Namespace, *, nodes: int
+    nursery: trio.Nursery,
+    args: argparse.Namespace,
+    *,
+    nodes: int,
+    world: OpenStackWorld | None = None,
 ) -> tuple[Fleet, str, bytes]:
-    """The OpenStack test world (started in a worker thread, stopped when `nursery` ends)
+    """The OpenStack test world (started in a worker thread, stopped when `nursery` ends;
+    or `world`, started and stopped by the caller, as the tests' session world is)
     with `nodes` servers booted, followed by an `OpenStackFleet`; the Keystone URL the CCM
     uses and its OCCM-format cloud.conf (with [Route] router-id: the cluster router;
     [LoadBalancer] subnet-id and floating-network-id: the Nodes' subnet, the external
     network)."""
-    from trio_ccm_testbed.openstack import OpenStackWorld, Unavailable, open_free_world
+    from trio_ccm_testbed.openstack import Unavailable, open_free_world
     from trio_ccm_testbed.openstack.fleet import OpenStackFleet
 
     if args.cloud_port:
@@ -586,8 +600,10 @@ async def _open_openstack(
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(world.stop)
 
-    print("starting the OpenStack test world (about a minute)...", flush=True)
-    world: OpenStackWorld = await nursery.start(serve_world)
+    if world is None:
+        print("starting the OpenStack test world (about a minute)...", flush=True)
+        world = await nursery.start(serve_world)
+    assert world is not None
     print(
         f"OpenStack up in {world.timings_s['total']:.0f} s; clouds.yaml {world.clouds_yaml} "
         "(clouds ccm, admin: stop or delete servers with it)",
@@ -876,18 +892,7 @@ def run_demo(argv: Sequence[str]) -> int:
         return usage_error(problem, command="demo")
     kubeconfig = Path(args.kubeconfig_out)
     try:
-        settings = parse_flags(
-            [
-                f"--cloud-provider={args.cloud}",
-                f"--kubeconfig={kubeconfig}",
-                "--secure-port=0",
-                # Pod CIDRs by the node-ipam-controller, cloud routes for them.
-                "--cluster-cidr=10.244.0.0/16",
-                "--allocate-node-cidrs",
-                *ccm_flags,
-            ],
-            controller_aliases=CONTROLLER_ALIASES,
-        )
+        settings = _demo_settings(args, ccm_flags)
     except FlagError as exc:
         return usage_error(f"CCM flags after --: {exc}", command="demo")
     configure_logging(verbosity=settings.verbosity, fmt=settings.logging_format, stream=sys.stderr)
@@ -968,6 +973,22 @@ def run_demo(argv: Sequence[str]) -> int:
     return code
 
 
+def _demo_settings(args: argparse.Namespace, ccm_flags: Sequence[str]) -> Settings:
+    """The demo CCM's settings: its cloud, the demo's kubeconfig, then `ccm_flags`."""
+    return parse_flags(
+        [
+            f"--cloud-provider={args.cloud}",
+            f"--kubeconfig={args.kubeconfig_out}",
+            "--secure-port=0",
+            # Pod CIDRs by the node-ipam-controller, cloud routes for them.
+            "--cluster-cidr=10.244.0.0/16",
+            "--allocate-node-cidrs",
+            *ccm_flags,
+        ],
+        controller_aliases=CONTROLLER_ALIASES,
+    )
+
+
 async def _demo_ccm(
     settings: Settings,
     provider: CloudProvider,
@@ -990,6 +1011,8 @@ async def _demo_ccm(
             await progress.done.wait()
             if world.traffic:
                 await _show_traffic(world)
+            elif progress.census is not None and progress.census.external_ips:
+                print("\n".join(["", *_no_traffic(world, progress.census.external_ips)]))
             if args.exit_when_done:
                 holder[0].shut_down()
 
@@ -1035,6 +1058,22 @@ async def _show_traffic(world: _World) -> None:
         first = next(iter(sorted(census.external_ips.values())), "")
         if first:
             print(f"try it:  curl http://{first}/   (while the demo runs)", flush=True)
+
+
+def _no_traffic(world: _World, external_ips: Mapping[str, str]) -> list[str]:
+    """Why the demo sends no request through the EXTERNAL-IPs of a cloud without its data
+    path (aws, openstack): an address outside loopback is never sent to, whatever answers
+    there; one on loopback has nothing behind it (moto's ELBs and Octavia's noop amphora
+    driver balance nothing)."""
+    lines = [f"traffic: none sent through the {_CLOUD_NAMES[world.cloud]} load balancers"]
+    for key, address in sorted(external_ips.items()):
+        reason = (
+            "on loopback, but this cloud's load balancers forward nothing"
+            if _is_loopback(address)
+            else "not in 127.0.0.0/8: the demo sends traffic to loopback only"
+        )
+        lines.append(f"  {key}  {address}: {reason}")
+    return lines
 
 
 def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:

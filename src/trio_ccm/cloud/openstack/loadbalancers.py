@@ -30,15 +30,26 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
 - **ERROR**: a load balancer this cluster owns found in ERROR is deleted (with our
   floating IP) and an error says so (the controller's Warning Event); the next try
   creates it again.
-- **Ownership**: a load balancer tagged with another cluster's identity is refused
-  (`ServiceRefused`), even with the same `--cluster-name`; one carrying no owner tag (made
-  by OCCM) is adopted. Shared load balancers (`load-balancer-id` naming another Service's or
+- **Written back** (`LoadBalancerStatus.annotations`, set on the Service by the
+  controller): `load-balancer-id` and `load-balancer-address`, as OCCM. The id annotation
+  naming the Service's own load balancer is no change of its plan (`_as_applied`); after a
+  restart it is found in the one listing. When the load balancer it names is gone, a
+  deletion has nothing to do; an ensure makes one again by name if the Service also carries
+  the written-back `load-balancer-address` (it was the Service's own: replaced after ERROR,
+  or deleted while the Service wanted none), else refuses (a user's id that names nothing).
+- **Ownership**: the cluster identity comes from the running CCM (`use_cluster_identity`,
+  the kube-system Namespace UID). A load balancer tagged with another cluster's identity is
+  refused (`ServiceRefused`), even with the same `--cluster-name`, and a deletion leaves it
+  alone (it is none of this Service's); one carrying no owner tag (made by OCCM, or by
+  trio-ccm before the identity was known) is adopted and tagged on its next full
+  reconcile. Shared load balancers (`load-balancer-id` naming another Service's or
   a user's) get only this Service's listeners (tagged with its name) and its name tag, up
   to `max-shared-lb`; they are never deleted by a Service that does not own them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
@@ -50,6 +61,7 @@ import trio
 from trio_ccm.cloud.openstack.errors import NotFoundError
 from trio_ccm.cloud.openstack.floatingips import FloatingIps
 from trio_ccm.cloud.openstack.lbconfig import (
+    LB_ADDRESS,
     LB_ID,
     LbOptions,
     LbPlan,
@@ -97,6 +109,12 @@ class _Known:
     pools: dict[int, str] = field(default_factory=dict)  # port index -> pool id
     members: dict[str, tuple[Member, ...]] = field(default_factory=dict)  # pool id -> members
     status: LoadBalancerStatus = field(default_factory=LoadBalancerStatus)
+
+
+def _as_applied(p: LbPlan, lb_id: str) -> LbPlan:
+    """The plan as applied to load balancer `lb_id`: a `load-balancer-id` annotation that
+    names it (the one written back) changes nothing about what it should be."""
+    return dataclasses.replace(p, shared_lb_id="") if p.shared_lb_id == lb_id else p
 
 
 def _tag(tags: Sequence[str], prefix: str) -> str:
@@ -174,6 +192,14 @@ class OpenStackLoadBalancers:
         self._listed_at = 0.0
         self._listing_lock = trio.Lock()
 
+    def use_cluster_identity(self, identity: str) -> None:
+        """From now on, tag and find load balancers (and floating IPs) with `identity`."""
+        if identity == self.identity:
+            return
+        self.identity = identity
+        self.fips.identity = identity
+        self._listing = None  # listed under the other identity
+
     def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
         return lb_name(cluster, service)
 
@@ -217,10 +243,10 @@ class OpenStackLoadBalancers:
         return {port.index: members(p, port, nodes, health) for port in p.ports}
 
     @staticmethod
-    def _applied(p: LbPlan, address: str) -> str:
+    def _applied(p: LbPlan, lb_id: str, address: str) -> str:
         """The hash of what a load balancer was last made to be (not its members: a
         node-set change writes them alone, and the status tree reads them back)."""
-        return hashlib.sha256(repr((p, address)).encode()).hexdigest()[:16]
+        return hashlib.sha256(repr((_as_applied(p, lb_id), address)).encode()).hexdigest()[:16]
 
     def _pending(self, service: ServiceInfo, what: str) -> RetryAfter:
         attempt = self._waits.get(service.uid, 0)
@@ -229,10 +255,11 @@ class OpenStackLoadBalancers:
         return RetryAfter(delay, f"{what}; looking again in {delay:.1f} s")
 
     # -- finding ---------------------------------------------------------------------------
-    async def _listed(self, name: str) -> list[dict[str, Any]] | None:
-        """The load balancers named `name` in the listing made once after this process
-        started (one call for all of them: a restart or takeover then costs no call per
-        load balancer to find it); None past `LISTING_TTL_S` or when it has none."""
+    async def _listed(self, name: str = "", *, lb_id: str = "") -> list[dict[str, Any]] | None:
+        """The load balancers named `name` (or the one with id `lb_id`) in the listing made
+        once after this process started (one call for all of them: a restart or takeover
+        then costs no call per load balancer to find it); None past `LISTING_TTL_S` or
+        when it has none."""
         async with self._listing_lock:
             now = trio.current_time()
             if self._listing is None:
@@ -247,11 +274,21 @@ class OpenStackLoadBalancers:
                 self._listed_at = now
             if now - self._listed_at > LISTING_TTL_S:
                 return None
+            if lb_id:
+                for lbs in self._listing.values():
+                    found = [lb for lb in lbs if lb.get("id") == lb_id]
+                    if found:
+                        lbs.remove(found[0])
+                        return found
+                return None
             return self._listing.pop(name, None)
 
     async def _by_name(
-        self, p: LbPlan, service: ServiceInfo, gone: frozenset[str] = _GONE
+        self, p: LbPlan, service: ServiceInfo, gone: frozenset[str] = _GONE, *, refuse: bool = True
     ) -> dict[str, Any] | None:
+        """The load balancer by OCCM's name (then the legacy one). One owned by another
+        cluster is refused (`ServiceRefused`), or with `refuse=False` (deleting) is none of
+        this Service's: never deleted, and no finalizer waits for it."""
         for name in (p.name, p.legacy_name):
             listed = await self._listed(name)
             found = [
@@ -266,6 +303,8 @@ class OpenStackLoadBalancers:
                 unowned = [lb for lb in found if not _tag(_tags(lb), OWNER_TAG)]
                 if mine or unowned:
                     found = mine or unowned
+                elif not refuse:
+                    return None
                 else:
                     owner = _tag(_tags(found[0]), OWNER_TAG)
                     raise ServiceRefused(
@@ -295,7 +334,15 @@ class OpenStackLoadBalancers:
                 return lb, lb.get("name") in (p.name, p.legacy_name)
             self._known.pop(service.uid, None)
         if p.shared_lb_id:
-            lb = await self.octavia.get_lb(p.shared_lb_id)
+            # the one written back is in the listing after a restart (no call of its own)
+            listed = await self._listed(lb_id=p.shared_lb_id)
+            lb = listed[0] if listed else await self.octavia.get_lb(p.shared_lb_id)
+            if lb is None and deleting:
+                return None, False  # nothing to delete, whatever the annotation says
+            if lb is None and LB_ADDRESS in service.annotations:
+                # written back with the address: the Service's own, gone (replaced after
+                # ERROR, or deleted while the Service did not want one): made again by name
+                return await self._by_name(p, service, gone), True
             if lb is None:
                 raise ServiceRefused(
                     f"Service {service.key}: annotation loadbalancer.openstack.org/"
@@ -305,12 +352,14 @@ class OpenStackLoadBalancers:
             owned = lb.get("name") in (p.name, p.legacy_name)
             owner = _tag(_tags(lb), OWNER_TAG)
             if self.identity and owner and owner != self.identity:
+                if deleting:
+                    return None, False
                 raise ServiceRefused(
                     f"Service {service.key}: load balancer {p.shared_lb_id} belongs to another "
                     f"cluster (tag {OWNER_TAG}{owner}); remove the annotation"
                 )
             return lb, owned
-        return await self._by_name(p, service, gone), True
+        return await self._by_name(p, service, gone, refuse=not deleting), True
 
     # -- LoadBalancers ---------------------------------------------------------------------
     async def get_load_balancer(
@@ -339,6 +388,17 @@ class OpenStackLoadBalancers:
     async def ensure_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
+        """Make the load balancer what the Service asks for; its status carries the
+        annotations to write back (as OCCM): `load-balancer-id`, naming the load balancer
+        the Service uses, so that it is found by id from then on, and
+        `load-balancer-address`, the address it serves at (useful behind a hostname)."""
+        lb_id, address, status = await self._ensure(cluster, service, nodes)
+        annotations = {LB_ID: lb_id} | ({LB_ADDRESS: address} if address else {})
+        return dataclasses.replace(status, annotations=annotations)
+
+    async def _ensure(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> tuple[str, str, LoadBalancerStatus]:
         p = self._plan(cluster, service)
         feats = await self.octavia.features()
         self._check_features(p, feats, service)
@@ -367,13 +427,16 @@ class OpenStackLoadBalancers:
         if owned:
             self._check_owned(p, lb, service)
             address = _tag(tags, ADDRESS_TAG)
-            if address and _tag(tags, APPLIED_TAG) == self._applied(p, address):
+            fresh = _tag(tags, APPLIED_TAG) == self._applied(p, lb_id, address)
+            if address and fresh and _tag(tags, OWNER_TAG) == self.identity:
                 # what we last wrote is what is wanted now: only the members may differ
+                # (a load balancer made before this cluster's identity was known is
+                # reconciled once, which tags it as ours)
                 status = self._status(p, address)
                 if await self._members_only(service, lb_id, p, wanted, status):
                     if p.manage_security_groups:
                         await self.groups.ensure(p, service, nodes, wanted)
-                    return status
+                    return lb_id, address, status
         else:
             self._check_shared(p, lb, service)
         pools = await self._reconcile(p, lb, wanted, feats, owned=owned)
@@ -391,7 +454,7 @@ class OpenStackLoadBalancers:
             new_tags += [
                 UID_TAG + service.uid,
                 SERVICE_TAG + service.key,
-                APPLIED_TAG + self._applied(p, address),
+                APPLIED_TAG + self._applied(p, lb_id, address),
                 ADDRESS_TAG + address,
             ]
         if sorted(new_tags) != sorted(tags):
@@ -399,13 +462,13 @@ class OpenStackLoadBalancers:
         status = self._status(p, address)
         self._known[service.uid] = _Known(
             lb_id,
-            p,
+            _as_applied(p, lb_id),
             pools=pools,
             members={pools[i]: m for i, m in wanted.items() if i in pools},
             status=status,
         )
         log.info("openstack.lb-ensured", service=service.key, lb=lb_id, address=address)
-        return status
+        return lb_id, address, status
 
     async def _members_only(
         self,
@@ -420,6 +483,7 @@ class OpenStackLoadBalancers:
         read of the status tree. False when the tree does not show every pool (then the
         caller reconciles it whole)."""
         known = self._known.get(service.uid)
+        p = _as_applied(p, lb_id)
         if known is not None and known.lb_id == lb_id and known.plan == p and known.pools:
             pools, have = known.pools, dict(known.members)
         else:
@@ -688,7 +752,11 @@ class OpenStackLoadBalancers:
     ) -> None:
         p = self._plan(cluster, service)
         known = self._known.get(service.uid)
-        if known is None or known.plan != p or len(known.pools) != len(p.ports):
+        if (
+            known is None
+            or known.plan != _as_applied(p, known.lb_id)
+            or len(known.pools) != len(p.ports)
+        ):
             await self.ensure_load_balancer(cluster, service, nodes)
             return
         wanted = self._wanted(p, service, nodes)

@@ -55,7 +55,8 @@ class OpenStackProvider:
 
     `environ` replaces the process environment (`OS_CCM_REGIONAL`); `transport` the
     network; `cluster_identity` tells this cluster's load balancers from another's with the
-    same `--cluster-name` (the kube-system namespace UID; "" adopts by name, as OCCM).
+    same `--cluster-name` (the kube-system namespace UID; "" adopts by name, as OCCM); the
+    running CCM sets it through `use_cluster_identity` (trio_ccm.cloud.ClusterIdentityAware).
     `initialize()` authenticates and reads Neutron's extensions (routes exist only with
     `[Route] router-id` and the extraroute extension, as in OCCM). Load balancers (Octavia)
     are there unless `[LoadBalancer] enabled = false`.
@@ -79,11 +80,12 @@ class OpenStackProvider:
         # Typed as the protocol declares them: its attributes are settable, hence invariant.
         self.instances: Instances | None = self._instances
         lb_options = LbOptions.from_config(config)  # a bad [LoadBalancer] key fails here
-        self.load_balancers: LoadBalancers | None = (
+        self._lbs = (
             OpenStackLoadBalancers(self.client, lb_options, cluster_identity=cluster_identity)
             if lb_options.enabled
             else None
         )
+        self.load_balancers: LoadBalancers | None = self._lbs
         # The controllers are chosen before initialize(): with a router-id the routes exist
         # from the start; initialize() reads which Neutron extensions they may use.
         self._routes: OpenStackRoutes | None = None
@@ -97,6 +99,12 @@ class OpenStackProvider:
         self.extensions: frozenset[str] = frozenset()
         for warning in config.warnings:
             log.warning("openstack.config", warning=warning)
+
+    def use_cluster_identity(self, identity: str) -> None:
+        """`ClusterIdentityAware`: the running CCM hands over the kube-system Namespace UID
+        (before `initialize()`); the load balancers are tagged and found with it."""
+        if self._lbs is not None:
+            self._lbs.use_cluster_identity(identity)
 
     async def initialize(self) -> None:
         """Authenticate and read Neutron's extensions; the cloud failing or throttling is
