@@ -386,3 +386,221 @@ async def open_aws(nodes: int, seed: int, dir: Path) -> AsyncIterator[tuple[str,
             yield listening.url, kubeconfig, AwsWorld(world, config)
         finally:
             nursery.cancel_scope.cancel()
+
+
+# -- openstack: the real test world with its fault proxy ----------------------------------------
+OPENSTACK_CLUSTER: Final = "chaos"
+OPENSTACK_FAULTS: Final = (
+    # (label, service, method, path, rule keys)
+    ("error-500-octavia-post", "load-balancer", "POST", None, {"status": 500, "times": 2}),
+    ("conflict-409-octavia-put", "load-balancer", "PUT", None, {"status": 409, "times": 3}),
+    (
+        "throttle-429-octavia",
+        "load-balancer",
+        None,
+        None,
+        {"status": 429, "retry_after_s": 1, "times": 5},
+    ),
+    ("error-503-floatingips", "network", "POST", r"/floatingips", {"status": 503, "times": 2}),
+    ("latency-octavia", "load-balancer", "GET", None, {"delay_s": 1.5, "times": 10}),
+)
+
+
+@dataclass
+class OpenStackWorld:
+    """The OpenStack test world behind its fault proxy (module docstring)."""
+
+    world: Any  # trio_ccm_testbed.openstack.OpenStackWorld
+    fleet: Any  # trio_ccm_testbed.openstack.fleet.OpenStackFleet
+    dir: Path
+    starts: list[tuple[float, str, str]] = field(default_factory=list)
+    """(wall time, user, replica name) of each replica start."""
+    servers: int = 0
+    traffic: httpx.AsyncClient | None = None
+    name: str = "openstack"
+
+    @staticmethod
+    def user(slot: str) -> str:
+        return f"{OPENSTACK_CLUSTER}-{slot}"
+
+    def replica(self, dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
+        import time
+
+        user = self.user(name.split(".", 1)[0])
+        config = self.dir / f"cloud-{user}.conf"
+        if not config.exists():
+            self.world.write_cloud_conf(
+                config,
+                extra={
+                    "Global": {"username": user},
+                    "LoadBalancer": {
+                        "subnet-id": self.world.subnet_id,
+                        "floating-network-id": self.world.external_network_id,
+                    },
+                },
+            )
+        self.starts.append((time.time(), user, name))
+        home = dir / f"home-{name}"
+        home.mkdir(exist_ok=True)
+        flags = [
+            "--cloud-provider=openstack",
+            f"--cloud-config={config}",
+            f"--cluster-name={OPENSTACK_CLUSTER}",
+            "--configure-cloud-routes=false",
+        ]
+        return flags, {**os.environ, "HOME": str(home)}
+
+    def service_annotations(self, rng: random.Random) -> dict[str, str]:
+        return {}
+
+    async def annotation_step(self, rng: random.Random) -> tuple[str, dict[str, str | None]]:
+        limit = str(rng.choice((-1, 100, 1000, 5000)))
+        return "service-connection-limit", {"loadbalancer.openstack.org/connection-limit": limit}
+
+    async def add_instance(self) -> None:
+        self.servers += 1
+        await self.fleet.add_servers(
+            1, prefix=f"{OPENSTACK_CLUSTER}-node", first=self.servers + 100
+        )
+
+    async def running_instances(self) -> list[tuple[str, str]]:
+        return [(s.id, s.name) for s in self.fleet.instances() if s.state == "running"]
+
+    async def terminate(self, instance_id: str) -> None:
+        await trio.to_thread.run_sync(self.world.delete_server, instance_id)
+
+    async def set_faults(self, rng: random.Random) -> list[str]:
+        faults = self.world.faults
+        faults.clear_rules()
+        added = []
+        for label, service, method, path, rule in OPENSTACK_FAULTS:
+            if rng.random() < FAULT_PROBABILITY:
+                faults.add(service, method=method, path=path, **rule)
+                added.append(label)
+        return added
+
+    async def clear_faults(self) -> None:
+        self.world.faults.clear_rules()
+
+    def _read(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        conn = self.world.sdk(admin=True)
+        listeners = {x.id: (x.protocol_port, x.protocol) for x in conn.load_balancer.listeners()}
+        lbs = [
+            {
+                "id": lb.id,
+                "name": lb.name or "",
+                "provisioning_status": lb.provisioning_status,
+                "vip_port_id": lb.vip_port_id,
+                "listeners": [
+                    listeners[x["id"]] for x in lb.listeners or [] if x["id"] in listeners
+                ],
+            }
+            for lb in conn.load_balancer.load_balancers()
+            if lb.provisioning_status != "DELETED"
+        ]
+        fips = [
+            {
+                "floating_ip_address": f.floating_ip_address,
+                "description": f.description or "",
+                "port_id": f.port_id,
+            }
+            for f in conn.network.ips()
+        ]
+        return lbs, fips
+
+    async def problems(
+        self, nodes: list[dict[str, Any]], services: list[dict[str, Any]]
+    ) -> list[Problem]:
+        from trio_ccm_testbed.chaos import find_openstack_problems
+
+        try:
+            lbs, fips = await trio.to_thread.run_sync(self._read)
+        except Exception as exc:  # openstacksdk's errors: something went while it was read
+            return [Problem("missing", f"OpenStack changed while read back: {exc!r}")]
+        return find_openstack_problems(nodes, services, lbs, fips, cluster=OPENSTACK_CLUSTER)
+
+    def _replica_at(self, user: str, at: float) -> str:
+        """The replica that signed in as `user` at `at`: the slot's latest start before."""
+        found = [name for started, u, name in self.starts if u == user and started <= at]
+        return found[-1] if found else user
+
+    async def log(self) -> CloudLog:
+        arrivals = self.world.faults.arrivals()
+        writes = [
+            CloudWrite(a.at, self._replica_at(a.user, a.at), f"{a.service}:{a.method}", a.target)
+            for a in arrivals
+            if a.mutating and a.user.startswith(f"{OPENSTACK_CLUSTER}-")
+        ]
+        others = sum(1 for a in arrivals if not a.user.startswith(f"{OPENSTACK_CLUSTER}-"))
+        return CloudLog(writes, len(arrivals) - others, {"proxied": len(arrivals) - others})
+
+
+def _openstack_users(world: Any, slots: int) -> None:
+    """A Keystone user per replica slot, with the ccm user's roles in its project
+    (blocking; users that exist are kept)."""
+    from trio_ccm_testbed.openstack.bootstrap import CCM_ROLES
+
+    conn = world.sdk(admin=True)
+    project = world.ccm_auth["project_id"]
+    for slot in range(slots):
+        name = OpenStackWorld.user(f"r{slot}")
+        user = conn.identity.find_user(name, domain_id="default") or conn.identity.create_user(
+            name=name, password=world.ccm_auth["password"], domain_id="default"
+        )
+        for role in CCM_ROLES:
+            found = conn.identity.find_role(role)
+            conn.identity.assign_project_role_to_user(project, user, found)
+
+
+@contextlib.asynccontextmanager
+async def open_openstack(
+    nodes: int, seed: int, dir: Path, replicas: int, world: Any = None
+) -> AsyncIterator[tuple[str, Path, OpenStackWorld]]:
+    """In this process: the OpenStack test world (`world`, or one started here on ports
+    from TRIO_CCM_OPENSTACK_PORT_BASE and stopped at the end) with `nodes` servers, a user
+    per replica slot, the proxy recording arrivals, the emulator on loopback and its
+    kubelets; the emulator's URL, the kubeconfig and the cloud."""
+    from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
+    from trio_ccm_testbed.openstack import open_free_world
+    from trio_ccm_testbed.openstack.fleet import OpenStackFleet
+    from trio_ccm_testbed.testbed import Testbed
+
+    own = world is None
+    if own:
+        world = await trio.to_thread.run_sync(open_free_world)
+    try:
+        async with trio.open_nursery() as nursery:
+            await trio.to_thread.run_sync(_openstack_users, world, replicas)
+            fleet = OpenStackFleet(world, name_prefix=f"{OPENSTACK_CLUSTER}-")
+            cloud = OpenStackWorld(world, fleet, dir)
+            await fleet.add_servers(nodes, prefix=f"{OPENSTACK_CLUSTER}-node")
+            world.faults.record_arrivals()
+            await nursery.start(fleet.serve)
+            api = ApiServer(seed=seed)
+            listening = await nursery.start(partial(serve_apiserver, api, host="127.0.0.1", port=0))
+            kubeconfig = listening.write_kubeconfig(dir / "kubeconfig")
+            await nursery.start(Testbed(api, fleet, seed=seed).serve)
+            try:
+                yield listening.url, kubeconfig, cloud
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_clean_openstack, world)
+            if own:
+                await trio.to_thread.run_sync(world.stop)
+
+
+def _clean_openstack(world: Any) -> None:
+    """The bench's servers, load balancers and floating IPs deleted, once the check has
+    judged them (a shared world's next user starts clean; blocking)."""
+    conn = world.sdk(admin=True)
+    for server in conn.compute.servers(all_projects=True):
+        if server.name.startswith(f"{OPENSTACK_CLUSTER}-"):
+            conn.compute.delete_server(server.id, ignore_missing=True)
+    for lb in conn.load_balancer.load_balancers():
+        if (lb.name or "").startswith(f"kube_service_{OPENSTACK_CLUSTER}_"):
+            conn.load_balancer.delete_load_balancer(lb.id, cascade=True, ignore_missing=True)
+    for fip in conn.network.ips():
+        if (fip.description or "").endswith(f" from cluster {OPENSTACK_CLUSTER}"):
+            conn.network.delete_ip(fip.id, ignore_missing=True)

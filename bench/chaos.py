@@ -111,7 +111,7 @@ import structlog
 import trio
 import trio.testing
 
-from _chaos_clouds import ChaosCloud, CloudLog, open_aws, open_sim
+from _chaos_clouds import ChaosCloud, CloudLog, open_aws, open_openstack, open_sim
 from _traffic import CAUSES, Traffic
 from trio_ccm.testing.referee import (
     CloudWrite,
@@ -131,7 +131,7 @@ from trio_ccm_testbed.chaos import (
 CLI: Final = (sys.executable, "-m", "trio_ccm")
 LEASE_PATH: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
 LEASE_NAME: Final = "cloud-controller-manager"
-CLOUDS: Final = ("sim", "aws")
+CLOUDS: Final = ("sim", "aws", "openstack")
 SERVICES_PATH: Final = "/api/v1/namespaces/default/services"
 KINDS: Final = ("kill", "freeze", "graceful", "double")
 POLL_S: Final = 0.5
@@ -534,13 +534,17 @@ async def run_process_mode(
 async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) -> dict[str, Any]:
     began = time.time()
     traffic = args.cloud == "sim" and args.traffic_rate > 0
-    if args.cloud != "sim":
-        quiet_logging(args.log_level)  # the emulator and the kubelets run in this process
-    opened = (
-        open_aws(args.nodes, seed, dir)
-        if args.cloud == "aws"
-        else open_sim(CLI, args.nodes, seed, dir, traffic=traffic)
-    )
+    if args.cloud != "sim" and getattr(args, "openstack_world", None) is None:
+        # The emulator and the kubelets run in this process (not a caller's: tests).
+        quiet_logging(args.log_level)
+    opened: contextlib.AbstractAsyncContextManager[tuple[str, Path, ChaosCloud]]
+    if args.cloud == "aws":
+        opened = open_aws(args.nodes, seed, dir)
+    elif args.cloud == "openstack":
+        world = getattr(args, "openstack_world", None)  # a caller's world (tests)
+        opened = open_openstack(args.nodes, seed, dir, args.replicas, world)
+    else:
+        opened = open_sim(CLI, args.nodes, seed, dir, traffic=traffic)
     async with (
         opened as (api_url, kubeconfig, cloud),
         httpx.AsyncClient(base_url=api_url, timeout=30) as api,
@@ -573,7 +577,7 @@ async def drive(world: World, began: float) -> dict[str, Any]:
         nursery.start_soon(keep_running)
         for _ in range(args.services):
             await create_service(world)
-        with trio.fail_after(120):
+        with trio.fail_after(120 if world.cloud.name == "sim" else 300):
             while not world.holder or (await problems(world)):  # noqa: ASYNC110
                 await trio.sleep(POLL_S)
         settled = time.time()
@@ -831,7 +835,9 @@ def traffic_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, openstack_world: Any = None) -> int:
+    """The bench; `openstack_world`: a running OpenStack test world for `--cloud openstack`
+    to use instead of starting one (a test session's)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short seeded run (~30 s)")
     parser.add_argument("--in-process", action="store_true", help="run_chaos schedules instead")
@@ -842,8 +848,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cloud",
         choices=CLOUDS,
         default="sim",
-        help="process mode's cloud: the sim cloud (default) or moto with faults for "
-        "--cloud-provider=aws",
+        help="process mode's cloud: the sim cloud (default), moto with faults for "
+        "--cloud-provider=aws, or the OpenStack test world (ports from "
+        "TRIO_CCM_OPENSTACK_PORT_BASE) for --cloud-provider=openstack",
     )
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     parser.add_argument("--schedules", type=int, help="in-process schedules (default 300; quick 4)")
@@ -874,6 +881,7 @@ def main(argv: list[str] | None = None) -> int:
         help="in-process replicas' logs (--cloud aws: the kubelets' and the emulator's), to stderr",
     )
     args = parser.parse_args(argv)
+    args.openstack_world = openstack_world
     quick = args.quick
     began = time.perf_counter()
     if args.slow_cloud:
@@ -892,9 +900,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"mode": "in-process", **run_in_process(args)}
     else:
         args.duration = args.duration if args.duration is not None else (12.0 if quick else 600.0)
-        args.nodes = args.nodes if args.nodes is not None else (3 if quick else 10)
-        args.services = args.services if args.services is not None else (3 if quick else 8)
-        args.converge_limit = args.converge_limit or (60.0 if quick else 300.0)
+        small = 2 if args.cloud == "openstack" else 3  # Octavia makes a load balancer in ~5 s
+        args.nodes = args.nodes if args.nodes is not None else (small if quick else 10)
+        args.services = args.services if args.services is not None else (small if quick else 8)
+        limit = 120.0 if quick and args.cloud == "openstack" else 60.0 if quick else 300.0
+        args.converge_limit = args.converge_limit or limit
         leases = (args.leases or ("short" if quick else "short,default")).split(",")
         if any(lease not in LEASES for lease in leases):
             parser.error(f"--leases {args.leases}: use short, default or short,default")

@@ -30,6 +30,7 @@ import ipaddress
 import itertools
 import math
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -68,6 +69,7 @@ __all__ = [
     "SlowCloudReport",
     "check_invariants",
     "find_aws_problems",
+    "find_openstack_problems",
     "find_problems",
     "run_chaos",
     "run_slow_cloud",
@@ -685,6 +687,109 @@ def find_aws_problems(
                 f"Nodes' MTU rules from {sorted(mtu)}, NLB client ranges {sorted(client_ranges)}",
             )
         )
+    return problems
+
+
+_FIP_MARK: Final = re.compile(
+    r"Floating IP for Kubernetes external service (?P<ns>[^/ ]+)/(?P<name>\S+) "
+    r"from cluster (?P<cluster>\S+)"
+)
+
+
+def find_openstack_problems(
+    nodes: list[dict[str, Any]],
+    services: list[dict[str, Any]],
+    lbs: list[dict[str, Any]],
+    fips: list[dict[str, Any]],
+    *,
+    cluster: str,
+) -> list[Problem]:
+    """`find_problems` for the openstack provider on the real Octavia and Neutron: from the
+    Nodes and Services and what OpenStack holds (`lbs`: each Octavia load balancer as
+    `{id, name, provisioning_status, vip_port_id, listeners: [(port, protocol)]}`; `fips`:
+    each floating IP as `{floating_ip_address, description, port_id}`).
+
+    Per LoadBalancer Service, one load balancer `kube_service_<cluster>_<ns>_<name>`, ACTIVE,
+    with one listener per port, and one floating IP made for it (OCCM's description), on its
+    VIP port, whose address is the Service's ingress. And nothing else of the cluster: a
+    load balancer or floating IP no Service wants is `leaked`, a second one `duplicate`."""
+    wanted, problems = _service_problems(services)
+    problems += _uninitialised(nodes)
+    prefix = f"kube_service_{cluster}_"
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for lb in lbs:
+        if lb["name"].startswith(prefix):
+            by_name.setdefault(lb["name"], []).append(lb)
+    wanted_names = {
+        f"{prefix}{s['metadata']['namespace']}_{s['metadata']['name']}": s for s in wanted.values()
+    }
+    for name, found in sorted(by_name.items()):
+        if name not in wanted_names:
+            problems += [
+                Problem("leaked", f"load balancer {name} ({lb['id']}): leaked") for lb in found
+            ]
+        elif len(found) > 1:
+            ids = [lb["id"] for lb in found]
+            problems.append(
+                Problem("duplicate", f"load balancer {name}: {len(found)} of them {ids}")
+            )
+    fips_of: dict[str, list[dict[str, Any]]] = {}
+    for fip in fips:
+        mark = _FIP_MARK.search(fip.get("description") or "")
+        if mark is None or mark["cluster"].split(" ", 1)[0] != cluster:
+            continue
+        key = f"{mark['ns']}/{mark['name']}"
+        fips_of.setdefault(key, []).append(fip)
+    keys = {_key(s) for s in wanted.values()}
+    for key, found in sorted(fips_of.items()):
+        if key not in keys:
+            problems += [
+                Problem("leaked", f"floating IP {f['floating_ip_address']} (for {key}): leaked")
+                for f in found
+            ]
+        elif len(found) > 1:
+            addresses = [f["floating_ip_address"] for f in found]
+            problems.append(Problem("duplicate", f"Service {key}: floating IPs {addresses}"))
+    for name, svc in sorted(wanted_names.items()):
+        key = _key(svc)
+        found = by_name.get(name, [])
+        if not found:
+            problems.append(Problem("missing", f"Service {key}: no load balancer"))
+            continue
+        lb = found[0]
+        if lb["provisioning_status"] != "ACTIVE":
+            problems.append(
+                Problem("status", f"Service {key}: load balancer {lb['provisioning_status']}")
+            )
+        have = sorted((int(p), str(proto)) for p, proto in lb["listeners"])
+        want = sorted((p["port"], p.get("protocol", "TCP")) for p in svc["spec"]["ports"])
+        if have != want:
+            problems.append(
+                Problem("ports", f"Service {key}: listeners {have}, Service ports {want}")
+            )
+        mine = fips_of.get(key, [])
+        if not mine:
+            problems.append(Problem("missing", f"Service {key}: no floating IP"))
+            continue
+        if mine[0].get("port_id") != lb["vip_port_id"]:
+            problems.append(
+                Problem(
+                    "leaked",
+                    f"Service {key}: floating IP {mine[0]['floating_ip_address']} is not on "
+                    "its load balancer's VIP port",
+                )
+            )
+        ingress = [
+            i.get("ip") for i in svc.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+        ]
+        if ingress != [mine[0]["floating_ip_address"]]:
+            problems.append(
+                Problem(
+                    "status",
+                    f"Service {key}: ingress {ingress}, floating IP "
+                    f"{mine[0]['floating_ip_address']}",
+                )
+            )
     return problems
 
 
