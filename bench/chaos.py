@@ -1,6 +1,6 @@
 """Chaos: replicas of trio-ccm killed, frozen and shut down under load, then checked.
 
-    python bench/chaos.py [--quick] [--seed N] [--duration S] [--replicas N]
+    python bench/chaos.py [--quick] [--cloud sim|aws] [--seed N] [--duration S] [--replicas N]
                           [--leases short,default] [--nodes N] [--services N]
                           [--converge-limit S] [--keep DIR]
     python bench/chaos.py --in-process [--quick] [--seed N] [--schedules N]
@@ -35,12 +35,22 @@ its `renewTime`, which the writer stamped before sending; holders mapped to repl
 each replica's `lease.campaign-started` log line): a write outside its replica's leadership
 is a violation.
 
-**Traffic** (`bench/_traffic.py`): the testbed runs with a loopback load-balancer pool of
-its own, so its load balancers serve its Nodes' NodePorts and simulated pods. From the
-moment the cluster settles to the end of the run, requests go through every port of every
-LoadBalancer Service at `--traffic-rate` per second in all (from 127.0.0.1, loopback only);
-the figures count them sent and failed, and the failures per cause (the Service changed, a
-Node removed or added, a leader killed, in the 10 s before; else `other`).
+**On moto** (`--cloud aws`, `bench/_chaos_clouds.py`): the same run with the replicas on
+`--cloud-provider=aws` against moto behind the testbed's fault middleware, in this process
+with the emulator and the kubelets. Each replica start signs with its own access key, and
+the middleware dates every request's arrival: the referee judges those writes (every action
+but Describe/Get/List) against the Lease as it judges the sim cloud's. Services are Classic
+ELBs or NLBs, the annotation change is a type switch, faults are throttling, 5xx and
+latency; the invariants are read back from moto (`find_aws_problems`: load balancers,
+listeners, target groups, security groups and their rules).
+
+**Traffic** (`bench/_traffic.py`, sim cloud only): the testbed runs with a loopback
+load-balancer pool of its own, so its load balancers serve its Nodes' NodePorts and
+simulated pods. From the moment the cluster settles to the end of the run, requests go
+through every port of every LoadBalancer Service at `--traffic-rate` per second in all
+(from 127.0.0.1, loopback only); the figures count them sent and failed, and the failures
+per cause (the Service changed, a Node removed or added, a leader killed, in the 10 s
+before; else `other`).
 
 Handover under load, for every kill point that hit the leader, from the signal (the wall
 time just before `kill(2)`; for a double SIGTERM, the first):
@@ -101,11 +111,11 @@ import structlog
 import trio
 import trio.testing
 
+from _chaos_clouds import ChaosCloud, CloudLog, open_aws, open_openstack, open_sim
 from _traffic import CAUSES, Traffic
 from trio_ccm.testing.referee import (
     CloudWrite,
     LeaseWrite,
-    cloud_writes_of_log,
     lease_write_of,
     violations,
 )
@@ -114,17 +124,14 @@ from trio_ccm_testbed.chaos import (
     ChaosConfig,
     Problem,
     SlowCloudConfig,
-    find_problems,
     run_chaos,
     run_slow_cloud,
 )
-from trio_ccm_testbed.cloud import write_cloud_config
-from trio_ccm_testbed.loopback import random_loopback_network
 
 CLI: Final = (sys.executable, "-m", "trio_ccm")
 LEASE_PATH: Final = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
 LEASE_NAME: Final = "cloud-controller-manager"
-CLUSTER_CIDR: Final = "10.244.0.0/16"
+CLOUDS: Final = ("sim", "aws", "openstack")
 SERVICES_PATH: Final = "/api/v1/namespaces/default/services"
 KINDS: Final = ("kill", "freeze", "graceful", "double")
 POLL_S: Final = 0.5
@@ -182,7 +189,7 @@ class World:
     dir: Path
     kubeconfig: Path
     api: httpx.AsyncClient
-    cloud: httpx.AsyncClient
+    cloud: ChaosCloud
     rng: random.Random
     incarnations: list[Incarnation] = field(default_factory=list)
     slots: list[Incarnation | None] = field(default_factory=list)
@@ -193,27 +200,22 @@ class World:
     faults: Counter[str] = field(default_factory=Counter)
     restarting: bool = True
     services: int = 0
-    instances: int = 0
     traffic: Traffic | None = None  # requests through every load balancer (bench/_traffic.py)
 
     @property
     def timing(self) -> tuple[float, float, float]:
         return LEASES[self.lease]
 
-    def ccm_argv(self, config: Path) -> list[str]:
+    def ccm_argv(self, provider_flags: list[str]) -> list[str]:
         duration, deadline, retry = self.timing
         return [
             *CLI,
-            "--cloud-provider=sim",
-            f"--cloud-config={config}",
+            *provider_flags,
             f"--kubeconfig={self.kubeconfig}",
             "--secure-port=0",
-            f"--cluster-cidr={CLUSTER_CIDR}",
-            "--allocate-node-cidrs",
             f"--leader-elect-lease-duration={duration:g}s",
             f"--leader-elect-renew-deadline={deadline:g}s",
             f"--leader-elect-retry-period={retry:g}s",
-            "--route-reconciliation-period=5s",
             "--logging-format=json",
         ]
 
@@ -227,12 +229,11 @@ class World:
 
 async def start_incarnation(world: World, slot: int, generation: int) -> Incarnation:
     name = f"r{slot}.{generation}"
-    config = world.dir / f"cloud-{name}.yaml"
-    write_cloud_config(config, url=str(world.cloud.base_url).rstrip("/"), replica=name)
+    flags, environ = world.cloud.replica(world.dir, name)
     log = world.dir / f"{name}.log"
     with log.open("wb") as err:
         process = await trio.lowlevel.open_process(
-            world.ccm_argv(config), stdout=subprocess.DEVNULL, stderr=err
+            world.ccm_argv(flags), stdout=subprocess.DEVNULL, stderr=err, env=environ
         )
     inc = Incarnation(name, process, log, time.time())
     world.incarnations.append(inc)
@@ -318,7 +319,8 @@ async def create_service(world: World) -> None:
     ranges = source_ranges(world.rng)
     if ranges:
         spec["loadBalancerSourceRanges"] = ranges
-    body = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+    metadata = {"name": name, "annotations": world.cloud.service_annotations(world.rng)}
+    body = {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
     (await world.api.post(SERVICES_PATH, json=body)).raise_for_status()
 
 
@@ -326,12 +328,6 @@ async def patch(world: World, path: str, body: dict[str, Any]) -> None:
     response = await world.api.patch(path, json=body, headers=MERGE)
     if response.status_code not in (200, 404, 409, 422):
         response.raise_for_status()
-
-
-async def add_instance(world: World) -> None:
-    name = f"chaos-{world.instances:04}"
-    world.instances += 1
-    (await world.cloud.post("/_sim/instances", json={"name": name})).raise_for_status()
 
 
 async def workload_step(world: World) -> str:
@@ -356,29 +352,26 @@ async def workload_step(world: World) -> str:
         await patch(world, path, {"spec": {"type": kind}})
         return "service-type"
     if roll < 0.52:
-        note = {"sim.trio-ccm.dev/load-balancer-description": f"rev {rng.randrange(1000)}"}
+        kind, note = await world.cloud.annotation_step(rng)
         await patch(world, path, {"metadata": {"annotations": note}})
-        return "service-annotation"
+        return kind
     if roll < 0.62:
         response = await world.api.delete(path)
         if response.status_code not in (200, 404):
             response.raise_for_status()
         return "service-delete"
     if roll < 0.8:
-        await add_instance(world)
+        await world.cloud.add_instance()
         return "instance-add"
-    listed = await world.cloud.get("/_sim/instances")
-    listed.raise_for_status()
-    running = [i for i in listed.json()["instances"] if i["state"] == "running"]
+    running = await world.cloud.running_instances()
     if len(running) <= MIN_RUNNING_INSTANCES + 1:
-        await add_instance(world)
+        await world.cloud.add_instance()
         return "instance-add"
-    victim = rng.choice(running)
+    victim, node = rng.choice(running)
     if roll < 0.93:
-        done = await world.cloud.post(f"/_sim/instances/{victim['id']}/terminate")
-        done.raise_for_status()
+        await world.cloud.terminate(victim)
         return "instance-terminate"
-    response = await world.api.delete(f"/api/v1/nodes/{victim['name']}")
+    response = await world.api.delete(f"/api/v1/nodes/{node}")
     if response.status_code not in (200, 404):
         response.raise_for_status()
     return "node-delete"
@@ -393,33 +386,10 @@ async def run_workload(world: World) -> None:
             world.traffic.note(kind)
 
 
-FAULT_MENU: Final = (
-    (
-        "error-500-loadbalancers",
-        "error",
-        {"method": "loadbalancers", "status": 500, "probability": 0.2},
-    ),
-    ("error-503-routes", "error", {"method": "routes", "status": 503, "probability": 0.2}),
-    ("error-500-instances", "error", {"method": "instances", "status": 500, "probability": 0.1}),
-    ("throttle", "throttle", {"target": "*", "ratePerSecond": 5, "burst": 10}),
-    (
-        "latency-loadbalancers",
-        "latency",
-        {"method": "loadbalancers", "fixedSeconds": 0.05, "jitterSeconds": 2.0},
-    ),
-    ("latency-all", "latency", {"method": "*", "fixedSeconds": 0.0, "jitterSeconds": 0.3}),
-)
-
-
 async def run_faults(world: World) -> None:
     """Every 10-30 s, a new random mix of cloud faults (sometimes none)."""
     while True:
-        (await world.cloud.delete("/_sim/faults")).raise_for_status()
-        for label, kind, rule in FAULT_MENU:
-            if world.rng.random() < 0.35:
-                added = await world.cloud.post(f"/_sim/faults/{kind}", json=rule)
-                added.raise_for_status()
-                world.faults[label] += 1
+        world.faults.update(await world.cloud.set_faults(world.rng))
         await trio.sleep(world.rng.uniform(10.0, 30.0))
 
 
@@ -475,10 +445,9 @@ async def run_disruptions(world: World, nursery: trio.Nursery, until: float) -> 
 async def problems(world: World) -> list[Problem]:
     nodes = await world.api.get("/api/v1/nodes")
     services = await world.api.get("/api/v1/services")
-    state = await world.cloud.get("/_sim/state")
-    for response in (nodes, services, state):
+    for response in (nodes, services):
         response.raise_for_status()
-    return find_problems(nodes.json()["items"], services.json()["items"], state.json())
+    return await world.cloud.problems(nodes.json()["items"], services.json()["items"])
 
 
 async def wait_until_converged(world: World, limit_s: float) -> tuple[float, list[Problem]]:
@@ -543,24 +512,6 @@ def handovers(
     return found
 
 
-async def read_testbed(process: trio.Process) -> tuple[str, str]:
-    """The emulator's and the cloud's URLs, from the testbed's stdout."""
-    assert process.stdout is not None
-    buffer, lines = b"", list[str]()
-    while not any("nodes registered" in line for line in lines):
-        chunk = await process.stdout.receive_some()
-        if not chunk:
-            raise RuntimeError(f"the testbed exited before it was ready; it printed {lines}")
-        buffer += chunk
-        *done, buffer = buffer.split(b"\n")
-        lines += [line.decode() for line in done]
-
-    def url(prefix: str) -> str:
-        return next(line.rsplit(" ", 1)[1] for line in lines if line.startswith(prefix))
-
-    return url("apiserver listening on"), url("sim cloud listening on")
-
-
 async def run_process_mode(
     args: argparse.Namespace, lease: str, seed: int, dir: Path
 ) -> dict[str, Any] | None:
@@ -581,51 +532,33 @@ async def run_process_mode(
 
 
 async def one_run(args: argparse.Namespace, lease: str, seed: int, dir: Path) -> dict[str, Any]:
-    kubeconfig, cloud_config = dir / "kubeconfig", dir / "cloud.yaml"
-    testbed_argv = [
-        *CLI,
-        "testbed",
-        f"--nodes={args.nodes}",
-        f"--seed={seed}",
-        f"--kubeconfig-out={kubeconfig}",
-        f"--cloud-config-out={cloud_config}",
-    ]
-    if args.traffic_rate > 0:
-        testbed_argv += [
-            # Load balancers on a loopback pool of their own carry traffic (bench/_traffic.py).
-            f"--lb-network={random_loopback_network()}",
-            "--pods=2",
-            # Up to 40 load balancers x the Nodes: checks every 5 s keep the testbed (which
-            # also answers the CCMs' cloud calls, dated by their arrival) from starving.
-            "--health-check-interval=5s",
-        ]
     began = time.time()
-    with (dir / "testbed.log").open("wb") as err:
-        testbed = await trio.lowlevel.open_process(testbed_argv, stdout=subprocess.PIPE, stderr=err)
-    try:
-        with trio.fail_after(60):
-            api_url, cloud_url = await read_testbed(testbed)
-        async with (
-            httpx.AsyncClient(base_url=api_url, timeout=30) as api,
-            httpx.AsyncClient(base_url=cloud_url, timeout=30) as cloud,
-        ):
-            world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
-            if args.traffic_rate > 0:
-                world.traffic = Traffic(api, cloud, rate_per_s=args.traffic_rate)
-            world.slots = [None] * args.replicas
-            try:
-                return await drive(world, began)
-            finally:  # also when the bench fails or is stopped: leave no replica behind
-                for inc in world.incarnations:
-                    if inc.process.returncode is None:
-                        inc.process.kill()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            testbed.send_signal(signal.SIGTERM)
-        with trio.CancelScope(shield=True), trio.move_on_after(10):  # stopping, even when stopped
-            await testbed.wait()
-        if testbed.returncode is None:
-            testbed.kill()
+    traffic = args.cloud == "sim" and args.traffic_rate > 0
+    if args.cloud != "sim" and getattr(args, "openstack_world", None) is None:
+        # The emulator and the kubelets run in this process (not a caller's: tests).
+        quiet_logging(args.log_level)
+    opened: contextlib.AbstractAsyncContextManager[tuple[str, Path, ChaosCloud]]
+    if args.cloud == "aws":
+        opened = open_aws(args.nodes, seed, dir)
+    elif args.cloud == "openstack":
+        world = getattr(args, "openstack_world", None)  # a caller's world (tests)
+        opened = open_openstack(args.nodes, seed, dir, args.replicas, world)
+    else:
+        opened = open_sim(CLI, args.nodes, seed, dir, traffic=traffic)
+    async with (
+        opened as (api_url, kubeconfig, cloud),
+        httpx.AsyncClient(base_url=api_url, timeout=30) as api,
+    ):
+        world = World(args, lease, dir, kubeconfig, api, cloud, random.Random(seed))
+        if cloud.traffic is not None:
+            world.traffic = Traffic(api, cloud.traffic, rate_per_s=args.traffic_rate)
+        world.slots = [None] * args.replicas
+        try:
+            return await drive(world, began)
+        finally:  # also when the bench fails or is stopped: leave no replica behind
+            for inc in world.incarnations:
+                if inc.process.returncode is None:
+                    inc.process.kill()
 
 
 async def drive(world: World, began: float) -> dict[str, Any]:
@@ -644,7 +577,7 @@ async def drive(world: World, began: float) -> dict[str, Any]:
         nursery.start_soon(keep_running)
         for _ in range(args.services):
             await create_service(world)
-        with trio.fail_after(120):
+        with trio.fail_after(120 if world.cloud.name == "sim" else 300):
             while not world.holder or (await problems(world)):  # noqa: ASYNC110
                 await trio.sleep(POLL_S)
         settled = time.time()
@@ -661,7 +594,7 @@ async def drive(world: World, began: float) -> dict[str, Any]:
             chaos.start_soon(run_faults, world)
             await run_disruptions(world, chaos, settled + args.duration)
             chaos.cancel_scope.cancel()  # the workload, the faults, and any freeze (thawed)
-        (await world.cloud.delete("/_sim/faults")).raise_for_status()
+        await world.cloud.clear_faults()
         calm = time.time()
         print(
             f"  [{world.lease}] {len(world.disruptions)} kill points; quiescing",
@@ -682,10 +615,7 @@ async def drive(world: World, began: float) -> dict[str, Any]:
         slots.cancel()
         await trio.sleep(0.5)  # the last Lease states (the release) reach the watch
         nursery.cancel_scope.cancel()
-    calls_response = await world.cloud.get("/_sim/calls")
-    calls_response.raise_for_status()
-    calls = calls_response.json()["calls"]
-    return judge(world, calls, converged_s, left, calm - began)
+    return judge(world, await world.cloud.log(), converged_s, left, calm - began)
 
 
 def write_timeline(world: World, history: list[LeaseWrite], writes: list[CloudWrite]) -> None:
@@ -713,7 +643,7 @@ def write_timeline(world: World, history: list[LeaseWrite], writes: list[CloudWr
 
 def judge(
     world: World,
-    calls: list[dict[str, Any]],
+    log: CloudLog,
     converged_s: float,
     left: list[Problem],
     chaos_s: float,
@@ -730,7 +660,7 @@ def judge(
     unknown = sorted(
         {w.holder for w in history if w.holder and w.holder not in identities.values()}
     )
-    writes = cloud_writes_of_log(calls)
+    writes = log.writes
     found = violations(history, writes, lease_duration_s=duration)
     kinds: Counter[str] = Counter(p.kind for p in left)
     kinds["write-outside-leadership"] += len(found)
@@ -762,9 +692,9 @@ def judge(
             for kind, figures in handovers(world.disruptions, history, writes, exits).items()
         },
         "convergence_s": None if math.isinf(converged_s) else round(converged_s, 2),
-        "cloud_calls": len(calls),
+        "cloud_calls": log.calls,
         "cloud_writes": len(writes),
-        "cloud_calls_by_status": dict(Counter(str(c["status"]) for c in calls)),
+        "cloud_calls_by_status": log.by_status,
         "lease_writes": len(history),
         "takeovers": sum(1 for a, b in itertools.pairwise(holders) if a != b),
         "lease_identities_unmapped": unknown,
@@ -913,12 +843,22 @@ def traffic_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, openstack_world: Any = None) -> int:
+    """The bench; `openstack_world`: a running OpenStack test world for `--cloud openstack`
+    to use instead of starting one (a test session's)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short seeded run (~30 s)")
     parser.add_argument("--in-process", action="store_true", help="run_chaos schedules instead")
     parser.add_argument(
         "--slow-cloud", action="store_true", help="run_slow_cloud schedules (issue 27) instead"
+    )
+    parser.add_argument(
+        "--cloud",
+        choices=CLOUDS,
+        default="sim",
+        help="process mode's cloud: the sim cloud (default), moto with faults for "
+        "--cloud-provider=aws, or the OpenStack test world (ports from "
+        "TRIO_CCM_OPENSTACK_PORT_BASE) for --cloud-provider=openstack",
     )
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     parser.add_argument("--schedules", type=int, help="in-process schedules (default 300; quick 4)")
@@ -944,9 +884,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--converge-limit", type=float, help="seconds (default 300; quick 60)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and configs in DIR")
     parser.add_argument(
-        "--log-level", default="critical", help="in-process replicas' logs, to stderr"
+        "--log-level",
+        default="critical",
+        help="in-process replicas' logs (--cloud aws: the kubelets' and the emulator's), to stderr",
     )
     args = parser.parse_args(argv)
+    args.openstack_world = openstack_world
     quick = args.quick
     began = time.perf_counter()
     if args.slow_cloud:
@@ -965,9 +908,11 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"mode": "in-process", **run_in_process(args)}
     else:
         args.duration = args.duration if args.duration is not None else (12.0 if quick else 600.0)
-        args.nodes = args.nodes if args.nodes is not None else (3 if quick else 10)
-        args.services = args.services if args.services is not None else (3 if quick else 8)
-        args.converge_limit = args.converge_limit or (60.0 if quick else 300.0)
+        small = 2 if args.cloud == "openstack" else 3  # Octavia makes a load balancer in ~5 s
+        args.nodes = args.nodes if args.nodes is not None else (small if quick else 10)
+        args.services = args.services if args.services is not None else (small if quick else 8)
+        limit = 120.0 if quick and args.cloud == "openstack" else 60.0 if quick else 300.0
+        args.converge_limit = args.converge_limit or limit
         leases = (args.leases or ("short" if quick else "short,default")).split(",")
         if any(lease not in LEASES for lease in leases):
             parser.error(f"--leases {args.leases}: use short, default or short,default")
@@ -983,8 +928,8 @@ def main(argv: list[str] | None = None) -> int:
             run_args.spacing = (low, high)
             seed = args.seed + index
             print(
-                f"chaos, processes: lease {lease} {LEASES[lease]}, {args.replicas} replicas, "
-                f"seed {seed}",
+                f"chaos, processes on the {args.cloud} cloud: lease {lease} {LEASES[lease]}, "
+                f"{args.replicas} replicas, seed {seed}",
                 flush=True,
             )
             with workdir(args.keep and str(Path(args.keep) / lease)) as dir:
@@ -1009,6 +954,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {example}", flush=True)
         figures = {
             "mode": "process",
+            "cloud": args.cloud,
             "seeds": [run["seed"] for run in runs],
             **combine(runs),
             "runs": runs,

@@ -3,6 +3,7 @@ what it forwards, what each fault answers, and what it logs."""
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from pathlib import Path
 
@@ -116,3 +117,49 @@ def test_faults_refuse_nonsense() -> None:
         faults.add("compute", status=42)
     with pytest.raises(ValueError, match="needs a status"):
         faults.add("compute")
+
+
+class Keystone(Backend):
+    """Also answers a token request with an `X-Subject-Token` naming the user."""
+
+    async def __call__(self, request: Request) -> Response:
+        answer = await super().__call__(request)
+        if request.raw_path == "/v3/auth/tokens":
+            answer.headers.append(("X-Subject-Token", f"token-{len(self.seen)}"))
+        return answer
+
+
+async def test_arrivals_are_dated_and_name_the_user_of_the_token(tmp_path: Path) -> None:
+    """With arrivals recorded, each request is kept with its wall-clock arrival and the user
+    whose password authentication issued its token; only writes to services are mutating,
+    a token request is not, and an unknown token has no user."""
+    async with trio.open_nursery() as nursery:
+        backend = Keystone()
+        port = await nursery.start(partial(serve_http1, backend, host="127.0.0.1", port=0))
+        names = Ports.from_base(0).all()
+        ports = Ports.from_base(
+            0, **{name: (0 if name.startswith("proxy_") else port) for name in names}
+        )
+        faults = Faults()
+        bound = await nursery.start(serve_proxy, Layout(tmp_path, ports), faults)
+        faults.record_arrivals()
+        auth = {"auth": {"identity": {"password": {"user": {"name": "chaos-r1"}}}}}
+        before = time.time()
+        async with httpx.AsyncClient() as client:
+            issued = await client.post(
+                f"http://127.0.0.1:{bound['identity']}/v3/auth/tokens", json=auth
+            )
+            token = issued.headers["x-subject-token"]
+            lb = f"http://127.0.0.1:{bound['load-balancer']}/v2/lbaas/loadbalancers"
+            await client.post(lb, json={}, headers={"X-Auth-Token": token})
+            await client.get(lb, headers={"X-Auth-Token": token})
+            await client.delete(lb + "/x", headers={"X-Auth-Token": "unknown"})
+        arrivals = faults.arrivals()
+        assert [(a.service, a.method, a.user, a.mutating) for a in arrivals] == [
+            ("identity", "POST", "", False),
+            ("load-balancer", "POST", "chaos-r1", True),
+            ("load-balancer", "GET", "chaos-r1", False),
+            ("load-balancer", "DELETE", "", True),
+        ]
+        assert before <= arrivals[0].at <= arrivals[-1].at <= time.time()
+        nursery.cancel_scope.cancel()

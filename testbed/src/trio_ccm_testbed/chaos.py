@@ -30,15 +30,17 @@ import ipaddress
 import itertools
 import math
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import httpx
 import trio
 import trio.testing
 
 from trio_ccm.cli.flags import parse_flags
+from trio_ccm.cloud.aws.loadbalancers import NLB_CLIENT_RULE, NLB_HEALTH_RULE, NLB_MTU_RULE
 from trio_ccm.cloud.provider import ServiceInfo, default_load_balancer_name
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving, serve
@@ -53,6 +55,9 @@ from trio_ccm.testing.referee import (
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.cloud import SimCloud
 
+if TYPE_CHECKING:
+    from trio_ccm_testbed.aws.world import Balancing
+
 __all__ = [
     "LEASES",
     "PROBLEM_KINDS",
@@ -63,6 +68,8 @@ __all__ = [
     "SlowCloudConfig",
     "SlowCloudReport",
     "check_invariants",
+    "find_aws_problems",
+    "find_openstack_problems",
     "find_problems",
     "run_chaos",
     "run_slow_cloud",
@@ -346,11 +353,14 @@ PROBLEM_KINDS: Final = {
     "node-pod-cidr": "a Node without a pod CIDR",
     "route-missing": "a Node's pod CIDR without its route",
     "route-stale": "a route to a Node that is gone",
+    "rule-leaked": "a security-group rule no load balancer accounts for (aws)",
+    "rule-missing": "a security-group rule a load balancer needs is missing (aws)",
 }
 """Every kind of `Problem`, with what it means."""
 
 _ALL_SOURCES: Final = ("0.0.0.0/0",)
 _SOURCE_RANGES_ANNOTATION: Final = "service.beta.kubernetes.io/load-balancer-source-ranges"
+_SERVICE_NAME_TAG: Final = "kubernetes.io/service-name"
 
 
 def _source_ranges(svc: dict[str, Any]) -> list[str]:
@@ -365,15 +375,12 @@ def _source_ranges(svc: dict[str, Any]) -> list[str]:
     )
 
 
-def find_problems(
-    nodes: list[dict[str, Any]], services: list[dict[str, Any]], cloud: dict[str, Any]
-) -> list[Problem]:
-    """What is still wrong with the cluster (empty once it has converged), from the Nodes
-    and Services (as the API lists them) and the simulated cloud's state (`/_sim/state`)."""
+def _service_problems(
+    services: list[dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], list[Problem]]:
+    """The Services that want a load balancer, by its name (`a<uid>`), and what is wrong with
+    their finalizers and ingress whatever the cloud holds."""
     problems: list[Problem] = []
-    node_names = sorted(
-        n["metadata"]["name"] for n in nodes if not n["metadata"].get("deletionTimestamp")
-    )
     wanted: dict[str, dict[str, Any]] = {}
     for svc in services:
         meta, spec = svc["metadata"], svc["spec"]
@@ -399,18 +406,42 @@ def find_problems(
                     "stale-ingress", f"Service {key}: a stale ingress (no load balancer wanted)"
                 )
             )
+    return wanted, problems
+
+
+def _key(svc: dict[str, Any]) -> str:
+    return f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"
+
+
+def _live_node_names(nodes: list[dict[str, Any]]) -> list[str]:
+    return sorted(
+        n["metadata"]["name"] for n in nodes if not n["metadata"].get("deletionTimestamp")
+    )
+
+
+def _uninitialised(nodes: list[dict[str, Any]]) -> list[Problem]:
+    return [
+        Problem("node-uninitialised", f"Node {n['metadata']['name']}: not initialised")
+        for n in nodes
+        if any(t["key"] == TAINT_UNINITIALIZED for t in n["spec"].get("taints", []))
+    ]
+
+
+def find_problems(
+    nodes: list[dict[str, Any]], services: list[dict[str, Any]], cloud: dict[str, Any]
+) -> list[Problem]:
+    """What is still wrong with the cluster (empty once it has converged), from the Nodes
+    and Services (as the API lists them) and the simulated cloud's state (`/_sim/state`)."""
+    wanted, problems = _service_problems(services)
+    node_names = _live_node_names(nodes)
     lbs = {lb["name"]: lb for lb in cloud["loadBalancers"]}
-    served = {
-        f"{s['metadata']['namespace']}/{s['metadata']['name']}"
-        for n, s in wanted.items()
-        if n in lbs
-    }
+    served = {_key(s) for n, s in wanted.items() if n in lbs}
     for name in sorted(set(lbs) - set(wanted)):
         owner = lbs[name]["service"]
         kind = "duplicate" if owner in served else "leaked"
         problems.append(Problem(kind, f"load balancer {name} (for {owner}): {kind}"))
     for name, svc in sorted(wanted.items()):
-        key = f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"
+        key = _key(svc)
         lb = lbs.get(name)
         if lb is None:
             problems.append(Problem("missing", f"Service {key}: no load balancer"))
@@ -447,10 +478,9 @@ def find_problems(
     routes = {
         (r["targetNode"], r["destinationCIDR"]) for r in cloud["routes"] if not r["blackhole"]
     }
+    problems += _uninitialised(nodes)
     for node in nodes:
         name, spec = node["metadata"]["name"], node["spec"]
-        if any(t["key"] == TAINT_UNINITIALIZED for t in spec.get("taints", [])):
-            problems.append(Problem("node-uninitialised", f"Node {name}: not initialised"))
         cidrs = spec.get("podCIDRs") or []
         if not cidrs:
             problems.append(Problem("node-pod-cidr", f"Node {name}: no pod CIDR"))
@@ -464,6 +494,302 @@ def find_problems(
         for target, cidr in sorted(routes)
         if target not in node_names
     ]
+    return problems
+
+
+def _hostname(svc: dict[str, Any]) -> list[str]:
+    return [
+        i.get("hostname", "")
+        for i in svc.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+    ]
+
+
+def find_aws_problems(
+    nodes: list[dict[str, Any]],
+    services: list[dict[str, Any]],
+    moto: Balancing,
+    *,
+    node_group: str,
+    running: set[str],
+) -> list[Problem]:
+    """`find_problems` for the aws provider on moto: from the Nodes and Services and what moto
+    holds (`trio_ccm_testbed.aws.balancing`; `node_group`: the Nodes' security group's name;
+    `running`: the private DNS names of the running instances).
+
+    A Node is initialised unless its instance went before the CCM could initialise it: the
+    aws provider never deletes a Node without a provider ID whose name finds no instance
+    (docs/aws.md), so such a Node is left out. The backends are the instances of the Nodes
+    that have a provider ID.
+
+    Per LoadBalancer Service, one load balancer `a<uid>` of either type (a change of
+    `aws-load-balancer-type` is refused and the existing one kept, docs/aws.md), with the
+    Service's DNS name in its status. A Classic ELB: a TCP listener per port to its
+    NodePort, every Node's instance registered, its group `k8s-elb-<name>` open on the ports
+    from the source ranges and let into the Nodes' group by one rule. An NLB: a TCP
+    listener per port to a target group on the NodePort holding every Node's instance,
+    client rules on the Nodes' group for each NodePort from each source range. And nothing
+    else: no load balancer, target group, `k8s-elb-` group or Nodes' rule that no wanted
+    load balancer accounts for (`leaked`, `duplicate`, `rule-leaked`); the shared MTU rule
+    exactly once per client range of the NLBs."""
+    wanted, problems = _service_problems(services)
+    problems += _uninitialised(
+        [n for n in nodes if n["spec"].get("providerID") or n["metadata"]["name"] in running]
+    )
+    instances = sorted(
+        str(n["spec"]["providerID"]).rsplit("/", 1)[-1]
+        for n in nodes
+        if n["spec"].get("providerID") and not n["metadata"].get("deletionTimestamp")
+    )
+    groups_by_id = {g["id"]: name for name, g in moto.security_groups.items()}
+    tgs_used: set[str] = set()
+    clb_groups: set[str] = set()
+    nlb_ports: dict[str, set[int]] = {}
+    client_ranges: set[str] = set()
+    expected_node_rules: set[tuple[Any, ...]] = set()
+    for name in sorted(set(moto.clbs) | set(moto.nlbs)):
+        tags = (moto.clbs.get(name) or moto.nlbs[name])["tags"]
+        owner = tags.get(_SERVICE_NAME_TAG, "?")
+        if name in moto.clbs and name in moto.nlbs:
+            problems.append(
+                Problem(
+                    "duplicate", f"load balancer {name} (for {owner}): a Classic ELB and an NLB"
+                )
+            )
+        if name not in wanted:
+            kind = "duplicate" if any(_key(s) == owner for s in wanted.values()) else "leaked"
+            problems.append(Problem(kind, f"load balancer {name} (for {owner}): {kind}"))
+    for name, svc in sorted(wanted.items()):
+        key = _key(svc)
+        ports = svc["spec"]["ports"]
+        ranges = _source_ranges(svc)
+        clb, nlb = moto.clbs.get(name), moto.nlbs.get(name)
+        lb = clb or nlb
+        if lb is None:
+            problems.append(Problem("missing", f"Service {key}: no load balancer"))
+            continue
+        if _hostname(svc) != [lb["dns"]]:
+            problems.append(
+                Problem(
+                    "status", f"Service {key}: status {_hostname(svc)}, load balancer {lb['dns']}"
+                )
+            )
+        if clb is not None:
+            have = sorted((li[1], li[3]) for li in clb["listeners"])
+            want = sorted((p["port"], p.get("nodePort", 0)) for p in ports)
+            if have != want:
+                problems.append(
+                    Problem(
+                        "ports",
+                        f"Service {key}: Classic ELB listeners {have}, Service ports {want}",
+                    )
+                )
+            if clb["instances"] != instances:
+                problems.append(
+                    Problem(
+                        "backends",
+                        f"Service {key}: instances {clb['instances']}, Nodes {instances}",
+                    )
+                )
+            group = moto.security_groups.get(f"k8s-elb-{name}")
+            if group is None:
+                problems.append(Problem("rule-missing", f"Service {key}: no group k8s-elb-{name}"))
+                continue
+            clb_groups.add(group["id"])
+            opened = sorted({(r[1], r[3]) for r in group["ingress"] if r[0] == "tcp"})
+            want_open = sorted({(p["port"], r) for p in ports for r in ranges})
+            if opened != want_open:
+                problems.append(
+                    Problem(
+                        "source-ranges",
+                        f"Service {key}: k8s-elb-{name} opens {opened}, Service {want_open}",
+                    )
+                )
+            expected_node_rules.add(("-1", group["id"]))
+        else:
+            assert nlb is not None
+            have_l = sorted((li[0], li[1]) for li in nlb["listeners"])
+            want_l = sorted((p["port"], p.get("protocol", "TCP")) for p in ports)
+            if have_l != want_l:
+                problems.append(
+                    Problem(
+                        "ports", f"Service {key}: NLB listeners {have_l}, Service ports {want_l}"
+                    )
+                )
+            node_ports = {p.get("nodePort", 0) for p in ports}
+            nlb_ports[name] = node_ports
+            for _port, _proto, tg_name, _cert in nlb["listeners"]:
+                tgs_used.add(tg_name)
+                tg = moto.target_groups.get(tg_name)
+                if tg is None:
+                    problems.append(Problem("missing", f"Service {key}: no target group {tg_name}"))
+                    continue
+                if tg["Port"] not in node_ports:
+                    problems.append(
+                        Problem(
+                            "ports",
+                            f"Service {key}: target group {tg_name} on port {tg['Port']}, "
+                            f"NodePorts {sorted(node_ports)}",
+                        )
+                    )
+                if tg["targets"] != instances:
+                    problems.append(
+                        Problem(
+                            "backends",
+                            f"Service {key}: target group {tg_name} targets {tg['targets']}, "
+                            f"Nodes {instances}",
+                        )
+                    )
+            client_ranges.update(ranges)
+            for np in node_ports:
+                for r in ranges:
+                    expected_node_rules.add(("tcp", np, r, f"{NLB_CLIENT_RULE}={name}"))
+    for tg_name in sorted(set(moto.target_groups) - tgs_used):
+        owner = moto.target_groups[tg_name]["tags"].get(_SERVICE_NAME_TAG, "?")
+        problems.append(Problem("leaked", f"target group {tg_name} (for {owner}): leaked"))
+    for group_name, group in sorted(moto.security_groups.items()):
+        if group_name.startswith("k8s-elb-") and group["id"] not in clb_groups:
+            problems.append(Problem("leaked", f"security group {group_name}: leaked"))
+    rules = moto.security_groups.get(node_group, {"ingress": []})["ingress"]
+    seen: set[tuple[Any, ...]] = set()
+    mtu: set[str] = set()
+    for protocol, low, _high, source, description in rules:
+        if description == NLB_MTU_RULE:
+            mtu.add(source)
+            continue
+        if source in groups_by_id:
+            found: tuple[Any, ...] = (protocol, source)
+        elif description.startswith(f"{NLB_HEALTH_RULE}="):
+            owner = description.split("=", 1)[1]
+            if low not in nlb_ports.get(owner, set()):
+                problems.append(
+                    Problem(
+                        "rule-leaked",
+                        f"Nodes' rule {protocol} {low} from {source} ({description}): "
+                        "no such NLB port",
+                    )
+                )
+            continue
+        else:
+            found = (protocol, low, source, description)
+        seen.add(found)
+        if found not in expected_node_rules:
+            problems.append(
+                Problem("rule-leaked", f"Nodes' rule {found}: no load balancer wants it")
+            )
+    problems += [
+        Problem("rule-missing", f"Nodes' rule {rule}: missing")
+        for rule in sorted(expected_node_rules - seen, key=str)
+    ]
+    if mtu != client_ranges:
+        problems.append(
+            Problem(
+                "rule-leaked" if mtu - client_ranges else "rule-missing",
+                f"Nodes' MTU rules from {sorted(mtu)}, NLB client ranges {sorted(client_ranges)}",
+            )
+        )
+    return problems
+
+
+_FIP_MARK: Final = re.compile(
+    r"Floating IP for Kubernetes external service (?P<ns>[^/ ]+)/(?P<name>\S+) "
+    r"from cluster (?P<cluster>\S+)"
+)
+
+
+def find_openstack_problems(
+    nodes: list[dict[str, Any]],
+    services: list[dict[str, Any]],
+    lbs: list[dict[str, Any]],
+    fips: list[dict[str, Any]],
+    *,
+    cluster: str,
+) -> list[Problem]:
+    """`find_problems` for the openstack provider on the real Octavia and Neutron: from the
+    Nodes and Services and what OpenStack holds (`lbs`: each Octavia load balancer as
+    `{id, name, provisioning_status, vip_port_id, listeners: [(port, protocol)]}`; `fips`:
+    each floating IP as `{floating_ip_address, description, port_id}`).
+
+    Per LoadBalancer Service, one load balancer `kube_service_<cluster>_<ns>_<name>`, ACTIVE,
+    with one listener per port, and one floating IP made for it (OCCM's description), on its
+    VIP port, whose address is the Service's ingress. And nothing else of the cluster: a
+    load balancer or floating IP no Service wants is `leaked`, a second one `duplicate`."""
+    wanted, problems = _service_problems(services)
+    problems += _uninitialised(nodes)
+    prefix = f"kube_service_{cluster}_"
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for lb in lbs:
+        if lb["name"].startswith(prefix):
+            by_name.setdefault(lb["name"], []).append(lb)
+    wanted_names = {
+        f"{prefix}{s['metadata']['namespace']}_{s['metadata']['name']}": s for s in wanted.values()
+    }
+    for name, found in sorted(by_name.items()):
+        if name not in wanted_names:
+            problems += [
+                Problem("leaked", f"load balancer {name} ({lb['id']}): leaked") for lb in found
+            ]
+        elif len(found) > 1:
+            ids = [lb["id"] for lb in found]
+            problems.append(
+                Problem("duplicate", f"load balancer {name}: {len(found)} of them {ids}")
+            )
+    fips_of: dict[str, list[dict[str, Any]]] = {}
+    for fip in fips:
+        mark = _FIP_MARK.search(fip.get("description") or "")
+        if mark is None or mark["cluster"].split(" ", 1)[0] != cluster:
+            continue
+        key = f"{mark['ns']}/{mark['name']}"
+        fips_of.setdefault(key, []).append(fip)
+    keys = {_key(s) for s in wanted.values()}
+    for key, found in sorted(fips_of.items()):
+        if key not in keys:
+            problems += [
+                Problem("leaked", f"floating IP {f['floating_ip_address']} (for {key}): leaked")
+                for f in found
+            ]
+        elif len(found) > 1:
+            addresses = [f["floating_ip_address"] for f in found]
+            problems.append(Problem("duplicate", f"Service {key}: floating IPs {addresses}"))
+    for name, svc in sorted(wanted_names.items()):
+        key = _key(svc)
+        found = by_name.get(name, [])
+        if not found:
+            problems.append(Problem("missing", f"Service {key}: no load balancer"))
+            continue
+        lb = found[0]
+        if lb["provisioning_status"] != "ACTIVE":
+            problems.append(
+                Problem("status", f"Service {key}: load balancer {lb['provisioning_status']}")
+            )
+        have = sorted((int(p), str(proto)) for p, proto in lb["listeners"])
+        want = sorted((p["port"], p.get("protocol", "TCP")) for p in svc["spec"]["ports"])
+        if have != want:
+            problems.append(
+                Problem("ports", f"Service {key}: listeners {have}, Service ports {want}")
+            )
+        mine = fips_of.get(key, [])
+        if not mine:
+            problems.append(Problem("missing", f"Service {key}: no floating IP"))
+            continue
+        if mine[0].get("port_id") != lb["vip_port_id"]:
+            problems.append(
+                Problem(
+                    "leaked",
+                    f"Service {key}: floating IP {mine[0]['floating_ip_address']} is not on "
+                    "its load balancer's VIP port",
+                )
+            )
+        ingress = [
+            i.get("ip") for i in svc.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+        ]
+        if ingress != [mine[0]["floating_ip_address"]]:
+            problems.append(
+                Problem(
+                    "status",
+                    f"Service {key}: ingress {ingress}, floating IP "
+                    f"{mine[0]['floating_ip_address']}",
+                )
+            )
     return problems
 
 

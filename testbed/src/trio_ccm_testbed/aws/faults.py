@@ -20,6 +20,12 @@ A rule matches by service (the SigV4 credential scope's: `ec2`, `elasticloadbala
 
 `calls(action)` counts the requests that reached the middleware (faulted ones included),
 so tests can assert "one DescribeInstances for N Nodes".
+
+`record_arrivals()` also keeps, from then on, every such request as an `Arrival`: the wall
+clock at its arrival (before any fault rule acts), the access key it is signed with (a
+chaos bench gives each replica its own key: moto answers any unknown key from its default
+account), its service and action, and what it names first among `_TARGET_KEYS` (a load
+balancer, target group, listener or security group: `arrivals()`, `Arrival.mutating`).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qs
 
-__all__ = ["HARNESS_AGENT", "Fault", "Faults"]
+__all__ = ["HARNESS_AGENT", "Arrival", "Fault", "Faults"]
 
 HARNESS_AGENT: Final = "trio-ccm-harness"
 _CREDENTIAL: Final = "Credential="
@@ -45,6 +51,34 @@ _HTML: Final = (
 )
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+_READ_PREFIXES: Final = ("Describe", "Get", "List")
+_TARGET_KEYS: Final = (
+    "LoadBalancerName",
+    "LoadBalancerArn",
+    "TargetGroupArn",
+    "ListenerArn",
+    "GroupId",
+    "GroupName",
+    "InstanceId.1",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A request as it reached the middleware: wall time, access key, service, action."""
+
+    at: float
+    key: str
+    service: str
+    action: str
+    target: str = ""
+
+    @property
+    def mutating(self) -> bool:
+        """Whether the action changes something (anything but Describe*, Get*, List*)."""
+        return bool(self.action) and not self.action.startswith(_READ_PREFIXES)
 
 
 @dataclass
@@ -76,6 +110,7 @@ class Faults:
         self._rules: list[Fault] = []
         self._calls: Counter[tuple[str, str]] = Counter()
         self._faulted: Counter[tuple[str, str]] = Counter()
+        self._arrivals: list[Arrival] | None = None
 
     # -- rules ------------------------------------------------------------------------
     def add(self, fault: Fault) -> Fault:
@@ -125,12 +160,27 @@ class Faults:
     ) -> Fault:
         return self.add(Fault("truncated" if truncated else "html", action, service, times, 200))
 
+    def clear_rules(self) -> None:
+        """Drop every rule (counters and arrivals kept)."""
+        with self._lock:
+            self._rules.clear()
+
     def clear(self) -> None:
-        """Drop every rule and zero the counters."""
+        """Drop every rule, zero the counters and stop recording arrivals."""
         with self._lock:
             self._rules.clear()
             self._calls.clear()
             self._faulted.clear()
+            self._arrivals = None
+
+    def record_arrivals(self) -> None:
+        """Keep every request that reaches the middleware from now on (module docstring)."""
+        with self._lock:
+            self._arrivals = []
+
+    def arrivals(self) -> list[Arrival]:
+        with self._lock:
+            return list(self._arrivals or ())
 
     # -- counters ---------------------------------------------------------------------
     def calls(self, action: str | None = None, *, service: str | None = None) -> int:
@@ -163,11 +213,15 @@ class Faults:
         def middleware(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
             if environ.get("PATH_INFO", "").startswith("/moto-api"):
                 return app(environ, start_response)
+            arrived = time.time()
             body = _read_body(environ)
             service, action = _identify(environ, body)
             if HARNESS_AGENT in environ.get("HTTP_USER_AGENT", ""):
                 return app(environ, start_response)
             with self._lock:
+                if self._arrivals is not None:
+                    key, target = _access_key(environ), _target(body)
+                    self._arrivals.append(Arrival(arrived, key, service, action, target))
                 self._calls[(service, action)] += 1
                 fault = next((f for f in self._rules if f.matches(service, action)), None)
                 if fault is not None:
@@ -214,6 +268,19 @@ def _identify(environ: Mapping[str, Any], body: bytes) -> tuple[str, str]:
     if not service and action.startswith("AssumeRole"):
         service = "sts"  # AssumeRoleWithWebIdentity is unsigned
     return service, action
+
+
+def _access_key(environ: Mapping[str, Any]) -> str:
+    """The access key of the SigV4 credential (`Credential=<key>/<date>/...`), or ""."""
+    auth = str(environ.get("HTTP_AUTHORIZATION", ""))
+    if _CREDENTIAL not in auth:
+        return ""
+    return auth.split(_CREDENTIAL, 1)[1].split("/", 1)[0]
+
+
+def _target(body: bytes) -> str:
+    form = parse_qs(body.decode(errors="replace")) if body else {}
+    return next((form[k][0] for k in _TARGET_KEYS if form.get(k)), "")
 
 
 def _error_body(service: str, code: str) -> bytes:

@@ -61,6 +61,7 @@ PATCHES: Final = (
     "CreateLoadBalancerListeners gives a new instance port a backend (for its policies)",
     "an NLB's SubnetMappings keep AllocationId and PrivateIPv4Address (LoadBalancerAddresses)",
     "DescribeInstanceTopology answers p*/trn*/hpc* running instances with three network nodes",
+    "DeleteLoadBalancerListeners deletes every port it names (moto: none, given two or more)",
 )
 _MARK: Final = "_trio_ccm_patched"
 _PAGE_DEFAULT: Final = 1000
@@ -117,6 +118,7 @@ def apply_patches() -> None:
 
     _patch_topology()
     _patch_backends()
+    _patch_delete_listeners()
     _patch_subnet_mappings()
     setattr(ELBv2Backend, "describe_target_groups", describe_target_groups)  # noqa: B010
     setattr(ELBv2Backend, "modify_listener", modify_listener)  # noqa: B010
@@ -222,6 +224,26 @@ def _patch_backends() -> None:
         return balancer
 
     setattr(ELBBackend, "create_load_balancer_listeners", create_load_balancer_listeners)  # noqa: B010
+
+
+def _patch_delete_listeners() -> None:
+    """Patch 11: DeleteLoadBalancerListeners removes the listeners of every port it names.
+    moto loops over the ports and keeps each listener that differs from the port at hand,
+    so given ports [84, 89] it keeps both listeners (and duplicates others)."""
+    from moto.elb.models import ELBBackend
+
+    def delete_load_balancer_listeners(self: Any, name: str, ports: list[Any]) -> Any:
+        balancer = self.get_load_balancer(name)
+        if balancer is not None:
+            gone = {int(port) for port in ports}
+            balancer.listeners = [
+                listener
+                for listener in balancer.listeners
+                if int(listener.load_balancer_port) not in gone
+            ]
+        return balancer
+
+    setattr(ELBBackend, "delete_load_balancer_listeners", delete_load_balancer_listeners)  # noqa: B010
 
 
 def _patch_subnet_mappings() -> None:

@@ -18,6 +18,12 @@ change what comes back:
   answered with the fault (the "outcome unknown" case: the call was applied, the caller
   sees an error or a timeout).
 
+`Faults.record_arrivals()` also keeps, from then on, every request as an `Arrival`: the wall
+clock at its arrival (before any rule acts), its service, method and target, and the user
+whose token it carries (the proxy learns each token's user from the password
+authentications it forwards to Keystone: the `X-Subject-Token` of the answer). A chaos bench
+gives each replica a user of its own, so the log says which replica made each write.
+
 A rule matches by service type, method and a regular expression searched in the path
 (with its query string); it applies to its next `times` matching requests. Rules and the
 log are thread-safe: the proxy runs Trio in its own thread (`ProxyThread`), so a
@@ -27,9 +33,11 @@ synchronous test session drives it.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -43,7 +51,7 @@ import trio
 from trio_ccm_testbed._http import Request, Response, serve_http1
 from trio_ccm_testbed.openstack.layout import CATALOG, Layout, check_loopback
 
-__all__ = ["SERVICES", "Fault", "Faults", "ProxyThread", "serve_proxy"]
+__all__ = ["SERVICES", "Arrival", "Fault", "Faults", "ProxyThread", "serve_proxy"]
 
 SERVICES: Final = tuple(kind for kind, _, _ in CATALOG)
 _HOP_BY_HOP: Final = frozenset(
@@ -69,6 +77,27 @@ _COMPUTE_KEYS: Final = {
     413: "overLimit",
     429: "overLimit",
 }
+
+
+_MUTATING: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A request as it reached the proxy (module docstring)."""
+
+    at: float
+    service: str
+    method: str
+    target: str
+    user: str
+
+    @property
+    def mutating(self) -> bool:
+        """A write to a service (a token request to Keystone is not one)."""
+        return self.method in _MUTATING and not (
+            self.service == "identity" and self.target.startswith("/v3/auth/tokens")
+        )
 
 
 @dataclass
@@ -103,6 +132,27 @@ class Faults:
         self._lock = threading.Lock()
         self._rules: list[Fault] = []
         self._seen: list[tuple[str, str, str]] = []
+        self._arrivals: list[Arrival] | None = None
+        self._users: dict[str, str] = {}  # token -> user name
+
+    def record_arrivals(self) -> None:
+        """Keep every request from now on as an `Arrival` (module docstring)."""
+        with self._lock:
+            self._arrivals = []
+
+    def arrivals(self) -> list[Arrival]:
+        with self._lock:
+            return list(self._arrivals or ())
+
+    def arrived(self, at: float, service: str, method: str, target: str, token: str) -> None:
+        with self._lock:
+            if self._arrivals is not None:
+                user = self._users.get(token, "")
+                self._arrivals.append(Arrival(at, service, method, target, user))
+
+    def learn_token(self, token: str, user: str) -> None:
+        with self._lock:
+            self._users[token] = user
 
     def add(
         self,
@@ -145,10 +195,16 @@ class Faults:
         return fault
 
     def clear(self) -> None:
-        """Drop every rule and empty the request log."""
+        """Drop every rule and empty the request log (arrivals too, and stop keeping them)."""
         with self._lock:
             self._rules.clear()
             self._seen.clear()
+            self._arrivals = None
+
+    def clear_rules(self) -> None:
+        """Drop every rule (the logs kept)."""
+        with self._lock:
+            self._rules.clear()
 
     def seen(
         self, service: str, method: str | None = None, path: str | None = None
@@ -229,14 +285,21 @@ def _handler(
     service: str, backend: str, faults: Faults, client: httpx.AsyncClient
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
+        at = time.time()
         query = "&".join(f"{k}={v}" for k, values in request.query.items() for v in values)
         target = request.raw_path + (f"?{query}" if query else "")
+        token = request.headers.get("x-auth-token") or ""
+        faults.arrived(at, service, request.method, target, token)
         fault = faults.take(service, request.method, target)
         if fault is not None and not fault.apply_after:
             await trio.sleep(fault.delay_s)
             if fault.status is not None:
                 return _fault_response(fault, service, fault.status)
         answer = await _forward(client, backend, request)
+        if service == "identity" and request.method == "POST" and target == "/v3/auth/tokens":
+            issued, user = answer.header("x-subject-token"), _password_user(request.body)
+            if issued and user:
+                faults.learn_token(issued, user)
         if fault is None:
             return answer
         if fault.apply_after:
@@ -252,6 +315,15 @@ def _handler(
         return answer
 
     return handle
+
+
+def _password_user(body: bytes) -> str:
+    """The user name of a Keystone password authentication, or ""."""
+    try:
+        user = json.loads(body)["auth"]["identity"]["password"]["user"]["name"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return str(user)
 
 
 async def _forward(client: httpx.AsyncClient, backend: str, request: Request) -> Response:
