@@ -32,6 +32,7 @@ from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
+from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
 from trio_ccm.kube.errors import InvalidError, KubeError, NotFoundError
@@ -448,10 +449,12 @@ class _Allocator:
         made just before this term), merged with the cache."""
         latest = {n.metadata.name: n for n in self.ctx.nodes.items()}
         latest.update((n.metadata.name, n) for n in await self.list_nodes())
+        paced = Paced()  # a term that starts among 100,000 Nodes holds no step for long
         for node in latest.values():
             texts = _pod_cidrs(node)
             if texts:
                 self.hold(node, texts)
+            await paced.step()
         log.info(
             "ipam.started",
             nodes=len(latest),
