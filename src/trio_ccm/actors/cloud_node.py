@@ -155,6 +155,17 @@ class CloudNodeController(Controller):
             )
 
 
+def _reports_what_it_has(node: Node, metadata: InstanceMetadata) -> bool:
+    """Whether the cloud reports exactly the Node's addresses, with no provided node IP to
+    order them by: then `desired_addresses` would return them unchanged, so the periodic
+    sync compares the two tuples (their structs compare in C) and builds nothing. At
+    100,000 Nodes nearly every Node of every period takes this path."""
+    return (
+        node.status.addresses == metadata.node_addresses
+        and ANNOTATION_PROVIDED_NODE_IP not in node.metadata.annotations
+    )
+
+
 def _legacy_labels_wanted(node: Node) -> dict[str, str]:
     """The GA topology labels a Node lacks while it has their beta twins."""
     labels = node.metadata.labels
@@ -460,7 +471,9 @@ class _CloudNodeTerm:
                 await paced.step()
                 metadata = found.get(node.metadata.name)
                 current = self.ctx.nodes.get(node.metadata.name)
-                if metadata is None or current is None or has_taint(current, TAINT_UNINITIALIZED):
+                if metadata is None or current is None or _reports_what_it_has(current, metadata):
+                    continue
+                if has_taint(current, TAINT_UNINITIALIZED):
                     continue
                 try:
                     addresses = self.desired_addresses(current, metadata)
