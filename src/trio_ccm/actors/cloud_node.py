@@ -27,7 +27,6 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Container, Mapping, Sequence
 from functools import partial
@@ -131,10 +130,14 @@ class CloudNodeController(Controller):
         instances = ctx.cloud.instances
         assert instances is not None  # the capability is checked before a term starts
         term = _CloudNodeTerm(ctx, instances, self.metrics)
-        # With a bulk lookup every Node actor may look up at once (that is what fills the
-        # batches; cloud calls are capped by the budget); kube writes stay capped by
-        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
-        concurrency = math.inf if ctx.batcher is not None else ctx.settings.concurrent_node_syncs
+        # With a bulk lookup, as many Node actors as make two full batches may look up at
+        # once (that is what fills the batches; cloud calls are capped by the budget); kube
+        # writes stay capped by --concurrent-node-syncs (write_limiter). Without one,
+        # lookups are capped too. Not every Node of a wave at once: 5,000 handler calls in
+        # flight (each a stack of coroutines, a batch entry, a request) made a peak whose
+        # memory the allocator kept long after the wave (docs/benchmarks.md, the wave).
+        syncs = ctx.settings.concurrent_node_syncs
+        concurrency = max(syncs, 2 * ctx.batcher.max_batch) if ctx.batcher is not None else syncs
         actors = ctx.keyed(
             term.sync,
             limiter=trio.CapacityLimiter(concurrency),
