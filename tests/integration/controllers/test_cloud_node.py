@@ -402,3 +402,25 @@ async def test_address_sync_writes_only_a_real_change(
         assert [w.path for w in patches] == ["/api/v1/nodes/n0/status"]
         addresses = [a["address"] for a in world.node("n0")["status"]["addresses"]]
         assert addresses == written
+
+
+async def test_a_wave_has_at_most_two_batches_of_lookups_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """100 new Nodes with lookups batched 10 at a time: every Node is initialised, and no
+    more than 20 of their handler calls (two full batches) run at once."""
+    names = [f"w{i:03}" for i in range(100)]
+    async with open_world() as world:
+        for name in names:
+            world.cloud.add_instance(name)
+            world.register(name)
+        busiest = 0
+        with trio.fail_after(600):
+            async with world.running(NODE_CONTROLLERS, "--cloud-batch-size=10") as serving:
+                while not initialised(world, *names):
+                    controllers = serving.debug_actors()["controllers"]
+                    assert isinstance(controllers, dict)
+                    manager = controllers["cloud-node-controller"]["managers"]
+                    busiest = max(busiest, manager["cloud-node-controller"]["statistics"]["busy"])
+                    await trio.sleep(0.005)
+    assert 10 <= busiest <= 20
