@@ -103,6 +103,8 @@ class Sizes:
     join: int
     window_s: float
     settle_quiet_s: float
+    wave: bool = False
+    settle_extra_s: float = 0.0  # wave: how long the CCM settles before the steady window
 
 
 @dataclass
@@ -112,7 +114,13 @@ class Run:
     nodes: int
     services: int
     lb_services: int
+    mode: str = "initialised"  # or "wave": every Node registers new and tainted
     testbed_start_s: float = 0.0
+    wave_nodes_s: float = 0.0
+    wave_lbs_s: float = 0.0
+    wave_cloud_calls: dict[str, int] = field(default_factory=dict)
+    wave_peak_rss_mb: float = 0.0
+    ipam: bool = False
     ready_s: float = 0.0
     startup_cloud_calls: dict[str, int] = field(default_factory=dict)
     settle_s: float = 0.0
@@ -191,9 +199,24 @@ def testbed_urls(child: Any, timeout_s: float) -> tuple[str, str]:
     raise RuntimeError(f"the testbed was not up within {timeout_s:.0f} s")
 
 
-def ccm_args(tmp: Path, port: int, period_s: float) -> list[str]:
+CLUSTER_CIDR: Final = "10.0.0.0/10"  # beside the load-balancer pool, not in it
+NODE_CIDR_MASK: Final = 26  # 65,536 pod CIDRs, the most one cluster CIDR may hold (upstream's
+IPAM_MAX_NODES: Final = 2**16  # limit too): above, a wave runs with IPAM off, and says so
+
+
+def ccm_args(tmp: Path, port: int, period_s: float, *, ipam: bool = False) -> list[str]:
+    ipam_flags = (
+        [
+            "--allocate-node-cidrs",
+            f"--cluster-cidr={CLUSTER_CIDR}",
+            f"--node-cidr-mask-size={NODE_CIDR_MASK}",
+        ]
+        if ipam
+        else []
+    )
     return [
         TRIO_CCM,
+        *ipam_flags,
         "--cloud-provider=sim",
         f"--cloud-config={tmp / 'cloud.yaml'}",
         f"--kubeconfig={tmp / 'kubeconfig'}",
@@ -298,6 +321,58 @@ async def count_nodes(api: httpx.AsyncClient, selector: str = "") -> int:
     return len(body["items"]) + int(body["metadata"].get("remainingItemCount") or 0)
 
 
+def say(text: str) -> None:
+    """A progress line (the world of 100,000 Nodes takes minutes to build)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+async def building_progress(log: Path, n: int) -> None:
+    """Every 15 s while the testbed builds its world: how many Nodes it has registered."""
+    started = time.monotonic()
+    while True:
+        await trio.sleep(15.0)
+        registered = "none yet"
+        with contextlib.suppress(OSError):
+            text = await trio.Path(log).read_text()
+            for line in reversed(text.splitlines()[-200:]):
+                if '"testbed.registering"' in line:
+                    registered = f"{json.loads(line)['registered']:,}"
+                    break
+        took = time.monotonic() - started
+        say(f"  building: {registered} of {n:,} Nodes registered after {took:.0f} s")
+
+
+INITIALISED_METRIC: Final = "node_controller_cloud_provider_taint_removal_delay_seconds_count"
+IPAM_METRIC: Final = "node_ipam_controller_cidrset_cidrs_allocations_total"
+
+
+async def ccm_counters(port: int) -> dict[str, float]:
+    """The CCM's progress counters from its /metrics (summed over labels); {} on failure."""
+    counts: dict[str, float] = {}
+    with contextlib.suppress(httpx.HTTPError):
+        async with httpx.AsyncClient(verify=False) as client:  # noqa: S501 - the CCM's own cert
+            response = await client.get(f"https://127.0.0.1:{port}/metrics")
+        for line in response.text.splitlines():
+            name = line.split("{")[0].split(" ")[0]
+            if name in (INITIALISED_METRIC, IPAM_METRIC):
+                counts[name] = counts.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def nodes_without_pod_cidr(api: httpx.AsyncClient) -> int:
+    """A paged list of every Node (once the wave is done): how many have no pod CIDR yet."""
+    missing, token = 0, ""
+    while True:
+        params = {"limit": "500", **({"continue": token} if token else {})}
+        response = await api.get("/api/v1/nodes", params=params)
+        response.raise_for_status()
+        body = response.json()
+        missing += sum(1 for item in body["items"] if not item.get("spec", {}).get("podCIDR"))
+        token = body["metadata"].get("continue") or ""
+        if not token:
+            return missing
+
+
 # -- one N -------------------------------------------------------------------------------------
 def free_port() -> int:
     import socket
@@ -310,13 +385,20 @@ def free_port() -> int:
 
 async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
     n = sizes.nodes
-    run = Run(n, sizes.services, sizes.lb_services, join=sizes.join, window_s=sizes.window_s)
+    run = Run(
+        n,
+        sizes.services,
+        sizes.lb_services,
+        mode="wave" if sizes.wave else "initialised",
+        join=0 if sizes.wave else sizes.join,
+        window_s=sizes.window_s,
+    )
     started = time.monotonic()
     testbed_args = [
         TRIO_CCM,
         "testbed",
         f"--nodes={n}",
-        "--initialised",
+        *([] if sizes.wave else ["--initialised"]),
         f"--lb-network={LB_NETWORK}",
         "--no-node-leases",
         f"--heartbeat={HEARTBEAT}",
@@ -324,16 +406,26 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
         f"--kubeconfig-out={tmp / 'kubeconfig'}",
         f"--cloud-config-out={tmp / 'cloud.yaml'}",
     ]
+    mode = "wave" if sizes.wave else "initialised"
+    say(f"{n:,} Nodes ({mode}): starting the testbed")
     with process(testbed_args, tmp / "testbed.log") as testbed:
-        api_url, cloud_url = await trio.to_thread.run_sync(testbed_urls, testbed, 3600.0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(building_progress, tmp / "testbed.log", n)
+            api_url, cloud_url = await trio.to_thread.run_sync(testbed_urls, testbed, 3600.0)
+            nursery.cancel_scope.cancel()
         run.testbed_start_s = time.monotonic() - started
+        say(f"{n:,} Nodes registered after {run.testbed_start_s:.0f} s; creating Services")
         limits = httpx.Limits(max_connections=8)
         async with (
             httpx.AsyncClient(base_url=api_url, limits=limits, timeout=120) as api,
             httpx.AsyncClient(base_url=cloud_url, timeout=120) as cloud,
         ):
             await create_services(api, sizes.services, sizes.lb_services)
-            await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
+            say(f"{sizes.services:,} Services created; starting the CCM")
+            if sizes.wave:
+                await measured_wave(run, sizes, tmp, api, cloud, tracemalloc_dir)
+            else:
+                await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
         run.testbed_rss_mb = rss_bytes(testbed.pid) / 2**20
     stalls, run.lease_losses = stalls_and_losses(tmp / "ccm.log")
     run.ccm_stalls, run.ccm_max_stall_s = len(stalls), max(stalls, default=0.0)
@@ -389,6 +481,89 @@ async def measured_ccm(
     run.go_calls_per_period = n
     run.go_join_calls = sizes.join
     run.go_nodeset_calls = sizes.lb_services
+
+
+async def measured_wave(
+    run: Run,
+    sizes: Sizes,
+    tmp: Path,
+    api: httpx.AsyncClient,
+    cloud: httpx.AsyncClient,
+    tracemalloc_dir: str | None,
+) -> None:
+    """The CCM started against N new, tainted Nodes (IPAM on): it initialises every one (the
+    wave), ensures the load balancers; then settles, and a steady window is measured."""
+    n = run.nodes
+    before = len(await cloud_calls(cloud))
+    port = free_port()
+    env = {**os.environ}
+    if tracemalloc_dir:
+        env["TRIO_CCM_TRACEMALLOC"] = str(Path(tracemalloc_dir) / f"wave-n{n}")
+    t0 = time.monotonic()
+    run.ipam = n <= IPAM_MAX_NODES
+    if not run.ipam:
+        say(f"IPAM off: one --cluster-cidr holds at most {IPAM_MAX_NODES:,} Node CIDRs")
+    args = ccm_args(tmp, port, sizes.window_s, ipam=run.ipam)
+    with process(args, tmp / "ccm.log", env=env) as ccm:
+        await wait_ready(port, ccm, 1800)
+        run.ready_s = time.monotonic() - t0
+        say(f"CCM ready after {run.ready_s:.1f} s; the wave")
+        nodes_done = lbs_done = 0.0
+        shown = time.monotonic()
+        with trio.fail_after(3600):
+            while not (nodes_done and lbs_done):  # polled: the state is in another process
+                await trio.sleep(1.0)
+                # (A count of Nodes by a label selector has no remainingItemCount: this
+                # only tells whether any Node still lacks the label.)
+                if not nodes_done and not await count_nodes(api, f"!{TAINTLESS_LABEL}"):
+                    nodes_done = time.monotonic() - t0
+                run.lbs_with_ingress = await lb_ingress_count(api)
+                if not lbs_done and run.lbs_with_ingress >= sizes.lb_services:
+                    lbs_done = time.monotonic() - t0
+                if time.monotonic() - shown >= 10:
+                    shown = time.monotonic()
+                    counts = await ccm_counters(port)
+                    say(
+                        f"  wave: {counts.get(INITIALISED_METRIC, 0):,.0f} of {n:,} Nodes "
+                        f"initialised, {counts.get(IPAM_METRIC, 0):,.0f} pod CIDRs, "
+                        f"{run.lbs_with_ingress} of {sizes.lb_services} LBs, "
+                        f"RSS {vm_kb(ccm.pid, 'VmRSS') / 1024:.0f} MB"
+                    )
+        with trio.fail_after(600):
+            while run.ipam and (missing := await nodes_without_pod_cidr(api)):
+                say(f"  wave: {missing:,} Nodes still without a pod CIDR")
+                await trio.sleep(2.0)
+        run.wave_nodes_s, run.wave_lbs_s = nodes_done, lbs_done
+        await wait_lb_quiet(cloud, sizes.settle_quiet_s, 600)
+        calls = await cloud_calls(cloud)
+        run.wave_cloud_calls = dict(Counter(c["method"] for c in calls[before:]))
+        run.wave_peak_rss_mb = vm_kb(ccm.pid, "VmHWM") / 1024
+        run.settle_s = time.monotonic() - t0
+        say(
+            f"wave done: Nodes {nodes_done:.1f} s, LBs {lbs_done:.1f} s, quiet after "
+            f"{run.settle_s:.0f} s; RSS {vm_kb(ccm.pid, 'VmRSS') / 1024:.0f} MB (peak "
+            f"{run.wave_peak_rss_mb:.0f}); settling {sizes.settle_extra_s:g} s"
+        )
+        await trio.sleep(sizes.settle_extra_s)
+        calls = await cloud_calls(cloud)
+        mark, cpu0, w0 = len(calls), cpu_seconds(ccm.pid), time.monotonic()
+        say(f"steady window of {sizes.window_s:g} s")
+        await trio.sleep(sizes.window_s)
+        cpu1, w1 = cpu_seconds(ccm.pid), time.monotonic()
+        run.steady_cpu_pct = 100 * (cpu1 - cpu0) / (w1 - w0)
+        run.settled_rss_mb = vm_kb(ccm.pid, "VmRSS") / 1024
+        window = (await cloud_calls(cloud))[mark:]
+        run.cloud_calls_per_period = len(window)
+        run.period_calls = dict(Counter(c["method"] for c in window))
+        if tracemalloc_dir:
+            ccm.send_signal(signal.SIGUSR1)
+            await trio.sleep(5 + n / 10_000)
+        run.peak_rss_mb = vm_kb(ccm.pid, "VmHWM") / 1024
+        say(
+            f"settled RSS {run.settled_rss_mb:.0f} MB (peak {run.peak_rss_mb:.0f}), steady CPU "
+            f"{run.steady_cpu_pct:.1f} %"
+        )
+    run.go_calls_per_period = n
 
 
 async def join_and_push(
@@ -457,6 +632,7 @@ async def join_and_push(
 
 # -- growth, plot, table ----------------------------------------------------------------------
 def growth(runs: list[Run]) -> dict[str, float | None]:
+    """Between the smallest and the largest N of one mode."""
     if len(runs) < 2:
         return {"bytes_per_node": None, "cpu_pct_per_1000_nodes": None}
     small, large = runs[0], runs[-1]
@@ -500,6 +676,9 @@ def print_table(runs: list[Run]) -> None:
     rows = [
         ("testbed up (s)", "testbed_start_s", "{:.0f}"),
         ("ready after start (s)", "ready_s", "{:.1f}"),
+        ("wave: Nodes initialised (s)", "wave_nodes_s", "{:.1f}"),
+        ("wave: LBs ready (s)", "wave_lbs_s", "{:.1f}"),
+        ("wave: peak RSS at its end (MB)", "wave_peak_rss_mb", "{:.0f}"),
         ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
         ("settled RSS (MB)", "settled_rss_mb", "{:.0f}"),
         ("steady CPU (% of a core)", "steady_cpu_pct", "{:.1f}"),
@@ -518,6 +697,7 @@ def print_table(runs: list[Run]) -> None:
         ("testbed's longest step (s)", "testbed_max_stall_s", "{:.2f}"),
     ]
     print(f"{'':32}" + "".join(f"{r.nodes:>12,}" for r in runs))
+    print(f"{'':32}" + "".join(f"{r.mode:>12}" for r in runs))
     for label, key, fmt in rows:
         print(f"{label:32}" + "".join(f"{fmt.format(getattr(r, key)):>12}" for r in runs))
     for r in runs:
@@ -530,63 +710,10 @@ def print_table(runs: list[Run]) -> None:
 
 
 # -- main ---------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, action="append", help="cluster sizes (repeatable)")
-    parser.add_argument("--quick", action="store_true", help="200 Nodes, 100 Services, 20 joins")
-    parser.add_argument("--services", type=int, help="Services (default 5000; quick 100)")
-    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 10)")
-    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 20)")
-    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 5)")
-    parser.add_argument("--plot", metavar="PNG", help="plot RSS and CPU against N to PNG")
-    parser.add_argument("--tracemalloc", metavar="DIR", help="TRIO_CCM_TRACEMALLOC for the CCM")
-    parser.add_argument(
-        "--keep", metavar="DIR", help="keep each run's logs and files in DIR/nN (default: deleted)"
-    )
-    parser.add_argument(
-        "--merge",  # with no --nodes, only merges (and plots)
-        metavar="FILE",
-        action="append",
-        help="add the runs in an earlier run's output (its JSON line) to the table and plot",
-    )
-    args = parser.parse_args(argv)
-    quick = args.quick
-    sizes = [
-        Sizes(
-            nodes=n,
-            services=args.services or (100 if quick else 5000),
-            lb_services=args.lb_services or (10 if quick else 250),
-            join=args.join or (20 if quick else 1000),
-            window_s=args.window or (5.0 if quick else 60.0),
-            settle_quiet_s=1.0 if quick else 5.0,
-        )
-        for n in (args.nodes or ([] if args.merge else [200] if quick else DEFAULT_NODES))
-    ]
-    print(
-        "scale: trio-ccm in its own process, as deployed, against `trio-ccm testbed` in another;"
-        f" {args.services or 5000:,} Services ({args.lb_services or 250} LoadBalancer)"
-    )
-    print(machine_line() + "\n")
-    runs: list[Run] = []
-    started = time.monotonic()
-    for size in sizes:
-        if args.keep:
-            kept = Path(args.keep) / f"n{size.nodes}"
-            kept.mkdir(parents=True, exist_ok=True)
-            run = trio.run(run_one, size, kept, args.tracemalloc)
-        else:
-            with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
-                run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
-        runs.append(run)
-        print(f"{size.nodes:,} Nodes done after {time.monotonic() - started:.0f} s", flush=True)
-    for earlier in args.merge or ():
-        lines = Path(earlier).read_text().strip().splitlines()
-        runs += [Run(**r) for r in json.loads(lines[-1])["runs"]]
-    runs.sort(key=lambda r: r.nodes)
-    print_table(runs)
+def initialised_figures(runs: list[Run]) -> dict[str, Any]:
+    """The figures of the largest N started against initialised Nodes, and the growth."""
     largest = runs[-1]
-    plotted = bool(args.plot) and plot(runs, args.plot)
-    figures: dict[str, Any] = {
+    return {
         "nodes": largest.nodes,
         "ready_s": round(largest.ready_s, 2),
         "peak_rss_mb": round(largest.peak_rss_mb, 1),
@@ -605,11 +732,115 @@ def main(argv: list[str] | None = None) -> None:
         "ccm_max_stall_s": round(largest.ccm_max_stall_s, 2),
         "testbed_max_stall_s": round(largest.testbed_max_stall_s, 2),
         **growth(runs),
-        "goals": GOALS,
-        "plot": args.plot if plotted else None,
-        "wall_s": round(time.monotonic() - started, 1),
-        "runs": [asdict(r) for r in runs],
     }
+
+
+def wave_figures(runs: list[Run]) -> dict[str, Any]:
+    """The figures of the largest N brought through a wave (`--wave`)."""
+    largest = runs[-1]
+    return {
+        "wave_nodes": largest.nodes,
+        "wave_ready_s": round(largest.ready_s, 2),
+        "wave_nodes_s": round(largest.wave_nodes_s, 2),
+        "wave_lbs_s": round(largest.wave_lbs_s, 2),
+        "wave_peak_rss_mb": round(largest.wave_peak_rss_mb, 1),
+        "wave_settled_rss_mb": round(largest.settled_rss_mb, 1),
+        "wave_steady_cpu_pct": round(largest.steady_cpu_pct, 2),
+        "wave_cloud_calls_per_period": largest.cloud_calls_per_period,
+        "wave_lease_losses": largest.lease_losses,
+        "wave_ccm_stalls": largest.ccm_stalls,
+        "wave_testbed_max_stall_s": round(largest.testbed_max_stall_s, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, action="append", help="cluster sizes (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="200 Nodes, 100 Services, 20 joins")
+    parser.add_argument("--services", type=int, help="Services (default 5000; quick 100)")
+    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 10)")
+    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 20)")
+    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 5)")
+    parser.add_argument(
+        "--wave",
+        action="store_true",
+        help="Nodes register new and tainted, IPAM on: the CCM initialises every one",
+    )
+    parser.add_argument(
+        "--both", action="store_true", help="each N in both modes (initialised, then --wave)"
+    )
+    parser.add_argument(
+        "--settle", type=float, help="--wave: seconds settled before the steady window (60; 2)"
+    )
+    parser.add_argument("--plot", metavar="PNG", help="plot RSS and CPU against N to PNG")
+    parser.add_argument("--tracemalloc", metavar="DIR", help="TRIO_CCM_TRACEMALLOC for the CCM")
+    parser.add_argument(
+        "--keep", metavar="DIR", help="keep each run's logs and files in DIR/nN (default: deleted)"
+    )
+    parser.add_argument(
+        "--merge",  # with no --nodes, only merges (and plots)
+        metavar="FILE",
+        action="append",
+        help="add the runs in an earlier run's output (its JSON line) to the table and plot",
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    # --quick runs both modes (the keys of both are checked by tests/bench/test_quick.py).
+    waves = [True] if args.wave else [False, True] if (quick or args.both) else [False]
+    window = args.window or (5.0 if quick else 60.0)
+    sizes = [
+        Sizes(
+            nodes=n,
+            services=args.services or (100 if quick else 5000),
+            lb_services=args.lb_services or (10 if quick else 250),
+            join=args.join or (20 if quick else 1000),
+            window_s=window,
+            settle_quiet_s=1.0 if quick else 5.0,
+            wave=wave,
+            settle_extra_s=args.settle if args.settle is not None else (2.0 if quick else 60.0),
+        )
+        for n in (args.nodes or ([] if args.merge else [200] if quick else DEFAULT_NODES))
+        for wave in waves
+    ]
+    print(
+        "scale: trio-ccm in its own process, as deployed, against `trio-ccm testbed` in another;"
+        f" {args.services or 5000:,} Services ({args.lb_services or 250} LoadBalancer)"
+    )
+    print(machine_line() + "\n", flush=True)
+    runs: list[Run] = []
+    started = time.monotonic()
+    for size in sizes:
+        mode = "wave" if size.wave else "initialised"
+        if args.keep:
+            kept = Path(args.keep) / f"{'wave-' if size.wave else ''}n{size.nodes}"
+            kept.mkdir(parents=True, exist_ok=True)
+            run = trio.run(run_one, size, kept, args.tracemalloc)
+        else:
+            with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+                run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
+        runs.append(run)
+        say(f"{size.nodes:,} Nodes ({mode}) done after {time.monotonic() - started:.0f} s")
+    for earlier in args.merge or ():
+        lines = Path(earlier).read_text().strip().splitlines()
+        runs += [Run(**r) for r in json.loads(lines[-1])["runs"]]
+    runs.sort(key=lambda r: (r.nodes, r.mode))
+    print_table(runs)
+    initialised = [r for r in runs if r.mode == "initialised"]
+    waved = [r for r in runs if r.mode == "wave"]
+    plotted = bool(args.plot) and plot(initialised or waved, args.plot)
+    figures: dict[str, Any] = {}
+    if initialised:
+        figures.update(initialised_figures(initialised))
+    if waved:
+        figures.update(wave_figures(waved))
+    figures.update(
+        {
+            "goals": GOALS,
+            "plot": args.plot if plotted else None,
+            "wall_s": round(time.monotonic() - started, 1),
+            "runs": [asdict(r) for r in runs],
+        }
+    )
     print_figures(figures)
 
 

@@ -14,8 +14,9 @@ re-queued with `AddAfter`, which does not consult the rate limiter, and only suc
 exponential sequence where it was.
 
 State is kept only for keys that are failing (`reset` on success removes it), so a Backoff
-shared by thousands of healthy keys holds nothing. One Backoff belongs to one controller:
-keys are not namespaced.
+shared by thousands of healthy keys holds nothing; once a wave of failing keys is over, the
+emptied table is given back too (a dict never shrinks by itself). One Backoff belongs to one
+controller: keys are not namespaced.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ NODE_RETRY_CAP_S = 1000.0
 ROUTE_RECONCILIATION_PERIOD_S = 10.0
 
 DEFAULT_JITTER = 0.1
+_SMALL = 64  # an emptied table that never held more keys is kept
 
 
 class Backoff:
@@ -74,11 +76,13 @@ class Backoff:
             math.ceil(math.log(cap_s / base_s) / math.log(factor)) if factor > 1 else math.inf
         )
         self._failures: dict[Hashable, int] = {}
+        self._peak = 0  # the most keys failing since `_failures` was made
 
     def next_delay(self, key: Hashable) -> float:
         """Count one more failure of `key` and return how long to wait before retrying."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
+        self._peak = max(self._peak, len(self._failures))
         steps = failures - 1
         if steps >= self._steps_to_cap:
             delay = self.cap_s
@@ -99,6 +103,8 @@ class Backoff:
     def reset(self, key: Hashable) -> None:
         """Forget the failures of `key` (call after a success)."""
         self._failures.pop(key, None)
+        if not self._failures and self._peak > _SMALL:
+            self._failures, self._peak = {}, 0
 
     def failures(self, key: Hashable) -> int:
         """Consecutive failures of `key` counted since its last reset."""

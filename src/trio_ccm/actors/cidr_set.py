@@ -129,8 +129,12 @@ class CidrSet:
             raise CidrOutOfRangeError(f"{cidr} is outside the cluster CIDR {self.cluster}")
         if cidr.prefixlen <= self.cluster.prefixlen:
             return range(self.size)
-        first = (int(cidr.network_address) - self._base) >> self._shift
-        last = (int(cidr.broadcast_address) - self._base) >> self._shift
+        # The last address by arithmetic, not `broadcast_address`: that cached property
+        # gives every Node's CIDR a __dict__ and a second address (about 350 bytes each).
+        start = int(cidr.network_address)
+        end = start + (1 << (cidr.max_prefixlen - cidr.prefixlen)) - 1
+        first = (start - self._base) >> self._shift
+        last = (end - self._base) >> self._shift
         return range(first, last + 1)
 
     def _mark(self, cidr: IPNetwork, mark: int) -> int:

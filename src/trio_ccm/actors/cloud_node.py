@@ -27,7 +27,6 @@ Upstream's rules kept and what trio-ccm does better: docs/controllers.md.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Container, Mapping, Sequence
 from functools import partial
@@ -131,10 +130,14 @@ class CloudNodeController(Controller):
         instances = ctx.cloud.instances
         assert instances is not None  # the capability is checked before a term starts
         term = _CloudNodeTerm(ctx, instances, self.metrics)
-        # With a bulk lookup every Node actor may look up at once (that is what fills the
-        # batches; cloud calls are capped by the budget); kube writes stay capped by
-        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
-        concurrency = math.inf if ctx.batcher is not None else ctx.settings.concurrent_node_syncs
+        # With a bulk lookup, as many Node actors as make two full batches may look up at
+        # once (that is what fills the batches; cloud calls are capped by the budget); kube
+        # writes stay capped by --concurrent-node-syncs (write_limiter). Without one,
+        # lookups are capped too. Not every Node of a wave at once: 5,000 handler calls in
+        # flight (each a stack of coroutines, a batch entry, a request) made a peak whose
+        # memory the allocator kept long after the wave (docs/benchmarks.md, the wave).
+        syncs = ctx.settings.concurrent_node_syncs
+        concurrency = max(syncs, 2 * ctx.batcher.max_batch) if ctx.batcher is not None else syncs
         actors = ctx.keyed(
             term.sync,
             limiter=trio.CapacityLimiter(concurrency),
@@ -153,6 +156,17 @@ class CloudNodeController(Controller):
                     sliding=True,
                 )
             )
+
+
+def _reports_what_it_has(node: Node, metadata: InstanceMetadata) -> bool:
+    """Whether the cloud reports exactly the Node's addresses, with no provided node IP to
+    order them by: then `desired_addresses` would return them unchanged, so the periodic
+    sync compares the two tuples (their structs compare in C) and builds nothing. At
+    100,000 Nodes nearly every Node of every period takes this path."""
+    return (
+        node.status.addresses == metadata.node_addresses
+        and ANNOTATION_PROVIDED_NODE_IP not in node.metadata.annotations
+    )
 
 
 def _legacy_labels_wanted(node: Node) -> dict[str, str]:
@@ -460,7 +474,9 @@ class _CloudNodeTerm:
                 await paced.step()
                 metadata = found.get(node.metadata.name)
                 current = self.ctx.nodes.get(node.metadata.name)
-                if metadata is None or current is None or has_taint(current, TAINT_UNINITIALIZED):
+                if metadata is None or current is None or _reports_what_it_has(current, metadata):
+                    continue
+                if has_taint(current, TAINT_UNINITIALIZED):
                     continue
                 try:
                     addresses = self.desired_addresses(current, metadata)

@@ -125,6 +125,7 @@ class GracefulCancelScope:
 ActorState = Literal["idle", "waiting", "busy", "backoff"]
 
 log = get_logger("trio_ccm.actors.keyed")
+_SMALL = 64  # the most children whose emptied tables are kept
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,9 @@ class KeyedActors(Generic[K, V]):
         # deadlines (one idle_timeout_s for all, trio time only moves forward): one timer
         # task expires them, instead of a cancel scope per child (~1 KB each, measured).
         self._parked: dict[_Actor[V], None] = {}
+        # A dict never gives its table back: once a wave of children (5,000 new Nodes)
+        # has exited, both dicts start anew (`_shrink_if_empty`), as Mailbox does.
+        self._peak = 0
         self._timer_wakeup = trio.Event()
         self._serving = False
         self._inbox: Mailbox[K, V] | None = None  # while serving with `admit`: what `send` fills
@@ -358,6 +362,7 @@ class KeyedActors(Generic[K, V]):
         actor = self._actors.get(key)
         if actor is None:
             actor = self._actors[key] = _Actor()
+            self._peak = max(self._peak, len(self._actors))
             actor.put(value)
             self._spawned += 1
             nursery.start_soon(self._run, key, actor, mailbox, name=f"{self.name}/{key}")
@@ -426,9 +431,15 @@ class KeyedActors(Generic[K, V]):
             self._parked.pop(actor, None)
             if self._actors.get(key) is actor:
                 del self._actors[key]
+                self._shrink_if_empty()
             self._backoff.reset(key)
             if self._closing and not self._actors:
                 self._drained.set()
+
+    def _shrink_if_empty(self) -> None:
+        """The last child exited after many were alive: new, small tables."""
+        if not self._actors and self._peak > _SMALL:
+            self._actors, self._parked, self._peak = {}, {}, 0
 
     async def _reconcile(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> None:
         """Handle the newest value, retrying with backoff until a call succeeds."""

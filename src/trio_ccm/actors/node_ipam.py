@@ -32,6 +32,7 @@ from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.cidr_set import CidrSet, IPNetwork, NoCidrLeftError
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
+from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import CloudProvider
 from trio_ccm.errors import CcmError, RetryAfter
 from trio_ccm.kube.errors import InvalidError, KubeError, NotFoundError
@@ -157,7 +158,9 @@ class _Allocator:
         self.services = cidrs_of(ctx.settings.service_cluster_ip_range)
         self.claims: dict[str, _Claim] = {}
         # Who holds each CIDR: released in its set only when nobody does any more.
-        self.owners: dict[IPNetwork, set[str]] = {}
+        # Almost always one Node: its name itself, else a tuple of names (a set per CIDR
+        # cost 216 bytes a Node).
+        self.owners: dict[IPNetwork, str | tuple[str, ...]] = {}
         self.range_full = Backoff(RANGE_FULL_RETRY_BASE_S, RANGE_FULL_RETRY_CAP_S)
         for cidr_set in self.sets:
             self.metrics.max_cidrs.labels(str(cidr_set.cluster)).set(cidr_set.size)
@@ -217,9 +220,10 @@ class _Allocator:
                 fix=fix,
             )
             return
-        owners = self.owners.setdefault(cidr, set())
-        others = sorted(owners - {name})
-        owners.add(name)
+        owners = self.holders(cidr)
+        others = sorted(set(owners) - {name})
+        if name not in owners:
+            self.owners[cidr] = (*owners, name) if owners else name
         if others:
             log.warning(
                 "node.pod-cidr-shared",
@@ -242,13 +246,18 @@ class _Allocator:
         if not others:
             self.observe(cidr_set, allocated=cidr_set.occupy(cidr))
 
+    def holders(self, cidr: IPNetwork) -> tuple[str, ...]:
+        """The Nodes that hold `cidr`."""
+        owners = self.owners.get(cidr, ())
+        return (owners,) if isinstance(owners, str) else owners
+
     def give_back(self, name: str, cidr: IPNetwork) -> None:
         """Node `name` no longer holds `cidr`: free it if nobody else does."""
-        owners = self.owners.get(cidr)
-        if owners is None:
+        if cidr not in self.owners:
             return
-        owners.discard(name)
+        owners = tuple(n for n in self.holders(cidr) if n != name)
         if owners:
+            self.owners[cidr] = owners if len(owners) > 1 else owners[0]
             return
         del self.owners[cidr]
         cidr_set = self.set_for(cidr)
@@ -326,7 +335,9 @@ class _Allocator:
                 raise self.range_exhausted(node, cidr_set) from None
         claim = self.claims[name] = _Claim(node.metadata.uid, tuple(chosen), "chosen")
         for cidr, cidr_set in zip(chosen, self.sets, strict=True):
-            self.owners.setdefault(cidr, set()).add(name)
+            owners = self.holders(cidr)
+            if name not in owners:
+                self.owners[cidr] = (*owners, name) if owners else name
             self.observe(cidr_set, allocated=1)
         self.range_full.reset(name)
         return claim
@@ -448,10 +459,12 @@ class _Allocator:
         made just before this term), merged with the cache."""
         latest = {n.metadata.name: n for n in self.ctx.nodes.items()}
         latest.update((n.metadata.name, n) for n in await self.list_nodes())
+        paced = Paced()  # a term that starts among 100,000 Nodes holds no step for long
         for node in latest.values():
             texts = _pod_cidrs(node)
             if texts:
                 self.hold(node, texts)
+            await paced.step()
         log.info(
             "ipam.started",
             nodes=len(latest),

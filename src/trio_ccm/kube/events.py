@@ -10,6 +10,11 @@
   created again.
 - A write that fails is retried up to 12 times, 10 s apart (a 4xx other than 404/409/429
   is not retried).
+- The three caches (spam buckets, similar-event windows, written Events; 4,096 keys each,
+  as client-go's LRU) forget what no longer changes a decision, once a minute: a bucket
+  full again, a window past its 600 s, an Event not written for an hour (the API server's
+  `--event-ttl`: a patch of it would find it gone and create it again anyway). So a wave of
+  5,000 new Nodes (a `Synced` Event each) does not keep 3 x 4,096 entries for good.
 
 Events about cluster-scoped objects (Nodes) are written to the `default` namespace, as
 upstream does. Timestamps come from the injected `now()`; windows and rates use Trio's
@@ -42,6 +47,8 @@ SPAM_REFILL_S = 300.0
 AGGREGATE_MAX_EVENTS = 10
 AGGREGATE_WINDOW_S = 600.0
 CACHE_SIZE = 4096
+SWEEP_PERIOD_S = 60.0
+SEEN_TTL_S = 3600.0  # kube-apiserver's --event-ttl default
 MAX_TRIES = 12
 RETRY_DELAY_S = 10.0
 
@@ -113,6 +120,7 @@ class _Seen:
     namespace: str
     count: int
     first_timestamp: str
+    written_at: float  # trio time of the last create or patch
 
 
 @dataclass
@@ -194,14 +202,36 @@ class EventRecorder:
     async def serve(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
-        task_status.started()
-        while True:
-            pending = await self._receive.receive()
-            if not self._allowed(pending):
-                self._dropped_spam += 1
-                continue
-            await self._write_with_retries(pending)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._sweep_forever)
+            task_status.started()
+            while True:
+                pending = await self._receive.receive()
+                if not self._allowed(pending):
+                    self._dropped_spam += 1
+                    continue
+                await self._write_with_retries(pending)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def cache_sizes(self) -> tuple[int, int, int]:
+        """Keys held: (spam buckets, similar-event windows, written Events)."""
+        return len(self._buckets), len(self._similar), len(self._seen)
+
+    async def _sweep_forever(self) -> NoReturn:
+        while True:
+            await trio.sleep(SWEEP_PERIOD_S)
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Forget the cache entries that no longer change a decision (module docstring);
+        a cache that lost entries is copied, since a dict never gives its table back."""
+        now = trio.current_time()
+        self._buckets = _without(
+            self._buckets,
+            lambda b: b.tokens + (now - b.updated) / SPAM_REFILL_S >= SPAM_BURST,
+        )
+        self._similar = _without(self._similar, lambda s: now - s.started > AGGREGATE_WINDOW_S)
+        self._seen = _without(self._seen, lambda s: now - s.written_at >= SEEN_TTL_S)
 
     async def drain(self) -> None:
         """Write what is queued now (for a graceful shutdown)."""
@@ -299,6 +329,7 @@ class EventRecorder:
                 self._seen.pop(key, None)  # it expired: write it anew below
             else:
                 seen.count += 1
+                seen.written_at = trio.current_time()
                 self._patched += 1
                 return
         # client-go names Events "<object>.<unix nanoseconds in hex>"; a clock that did not
@@ -323,5 +354,13 @@ class EventRecorder:
         }
         with contextlib.suppress(AlreadyExistsError):  # a retry of a create that did land
             await self.client.create(self.resource, body, namespace=namespace)
-        self._remember(self._seen, key, _Seen(name, namespace, 1, stamp))
+        self._remember(self._seen, key, _Seen(name, namespace, 1, stamp, trio.current_time()))
         self._written += 1
+
+
+def _without(
+    cache: OrderedDict[tuple[str, ...], _T], expired: Callable[[_T], bool]
+) -> OrderedDict[tuple[str, ...], _T]:
+    """`cache` without its expired entries, in a new table if any went (else itself)."""
+    kept = OrderedDict((key, value) for key, value in cache.items() if not expired(value))
+    return cache if len(kept) == len(cache) else kept

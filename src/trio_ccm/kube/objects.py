@@ -121,9 +121,12 @@ class NodeLabels(msgspec.Struct, frozen=True, gc=False):
         """`labels`, compacted. Values are interned (they repeat from Node to Node), except
         those equal to `own` (the Node's name, as in `kubernetes.io/hostname`), which are
         `own` itself: a string found in one Node only would only grow the intern table."""
-        keys = tuple(_intern(k) for k in labels)
+        # Looked up as decoded (a tuple of equal strings hashes and compares the same):
+        # only a key set seen for the first time has its keys interned.
+        keys = tuple(labels)
         index = _SHARED_KEY_SETS.get(keys)
         if index is None:
+            keys = tuple(_intern(k) for k in keys)
             index = {key: i for i, key in enumerate(keys)}
             if len(_SHARED_KEY_SETS) < _SHARED_KEY_SETS_MAX:  # a bound, if keys vary per Node
                 _SHARED_KEY_SETS[keys] = index
@@ -222,16 +225,12 @@ class Condition(_Base, frozen=True, gc=False):
 
 
 class NodeCondition(_Base, frozen=True, gc=False):
-    """A Node condition as cached: what the CCM compares (status and reason, no message)."""
+    """A Node condition as cached: what the CCM compares (status and reason, no message).
+    Its strings are interned by `NodeStatus`, for the conditions it keeps only."""
 
     type: str = ""
     status: str = ""
     reason: str = ""
-
-    def __post_init__(self) -> None:
-        force_setattr(self, "type", _intern(self.type))
-        force_setattr(self, "status", _intern(self.status))
-        force_setattr(self, "reason", _intern(self.reason))
 
 
 class NodeStatus(_Base, frozen=True, gc=False):
@@ -239,8 +238,12 @@ class NodeStatus(_Base, frozen=True, gc=False):
     conditions: tuple[NodeCondition, ...] = ()
 
     def __post_init__(self) -> None:
-        if any(c.type not in NODE_CONDITIONS_KEPT for c in self.conditions):
-            kept = tuple(c for c in self.conditions if c.type in NODE_CONDITIONS_KEPT)
+        kept = tuple([c for c in self.conditions if c.type in NODE_CONDITIONS_KEPT])
+        for condition in kept:  # a few values, repeated by every Node
+            force_setattr(condition, "type", _intern(condition.type))
+            force_setattr(condition, "status", _intern(condition.status))
+            force_setattr(condition, "reason", _intern(condition.reason))
+        if len(kept) != len(self.conditions):
             force_setattr(self, "conditions", kept)
 
     def condition(self, kind: str) -> NodeCondition | None:

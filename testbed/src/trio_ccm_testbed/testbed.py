@@ -497,9 +497,12 @@ class Testbed:
         try:
             async with trio.open_nursery() as nursery:
                 await self._sync(nursery)
-                for kubelet in list(self._kubelets.values()):
-                    if kubelet.running:
-                        await kubelet.up.wait()
+                async with trio.open_nursery() as progress:
+                    progress.start_soon(self._log_registering)
+                    for kubelet in list(self._kubelets.values()):
+                        if kubelet.running:
+                            await kubelet.up.wait()
+                    progress.cancel_scope.cancel()
                 if self.kube_proxy is not None:
                     await nursery.start(self.kube_proxy.serve)
                 log.info(
@@ -514,6 +517,17 @@ class Testbed:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await self._kube.aclose()
+
+    async def _log_registering(self) -> None:
+        """Every 5 s until the Nodes at start are registered: how many are (a world of
+        100,000 Nodes takes minutes to build; bench/scale.py shows these lines)."""
+        while True:
+            await trio.sleep(5.0)
+            log.info(
+                "testbed.registering",
+                registered=sum(k.registered for k in self._kubelets.values()),
+                kubelets=len(self._kubelets),
+            )
 
     async def _sync(self, nursery: trio.Nursery) -> None:
         """Compare the cloud's instances with the kubelets and act on every difference."""

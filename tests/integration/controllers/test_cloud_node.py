@@ -337,3 +337,90 @@ async def test_heartbeats_of_initialised_nodes_wake_no_node_actor(
         actors = controllers["cloud-node-controller"]["managers"]["cloud-node-controller"]
         assert actors["statistics"]["spawned"] == 0
         assert world.transport.node_writes("steady") == []
+
+
+@pytest.mark.parametrize(
+    ("cloud_hostname", "node_addresses", "annotation", "written"),
+    [
+        pytest.param(
+            "n0",
+            [("InternalIP", "10.0.0.5"), ("InternalIP", "10.0.0.6"), ("Hostname", "n0")],
+            None,
+            None,
+            id="the-cloud-reports-what-the-node-has",
+        ),
+        pytest.param(
+            "",
+            [("InternalIP", "10.0.0.5"), ("InternalIP", "10.0.0.6"), ("Hostname", "n0")],
+            None,
+            None,
+            id="the-node-keeps-its-hostname-the-cloud-lacks",
+        ),
+        pytest.param(
+            "n0",
+            [("InternalIP", "10.0.0.5"), ("InternalIP", "10.0.0.6"), ("Hostname", "n0")],
+            "10.0.0.6",
+            ["10.0.0.6", "n0"],  # upstream: other addresses of the matched type are dropped
+            id="same-addresses-but-the-provided-ip-rules",
+        ),
+        pytest.param(
+            "n0",
+            [("InternalIP", "10.0.0.6"), ("InternalIP", "10.0.0.5"), ("Hostname", "n0")],
+            None,
+            ["10.0.0.5", "10.0.0.6", "n0"],
+            id="same-addresses-in-another-order",
+        ),
+    ],
+)
+async def test_address_sync_writes_only_a_real_change(
+    autojump_clock: trio.testing.MockClock,
+    cloud_hostname: str,
+    node_addresses: list[tuple[str, str]],
+    annotation: str | None,
+    written: list[str] | None,
+) -> None:
+    """The periodic sync skips a Node whose addresses equal the cloud's without building
+    anything, but never one whose provided node IP reorders them, and patches a reorder."""
+    async with open_world() as world:
+        instance = world.cloud.add_instance(
+            "n0", internal_ips=["10.0.0.5", "10.0.0.6"], hostname=cloud_hostname
+        )
+        world.register(
+            "n0",
+            taints=[],
+            provider_id=f"sim://{instance.zone}/{instance.id}",
+            addresses=[{"type": t, "address": a} for t, a in node_addresses],
+            annotations={"alpha.kubernetes.io/provided-node-ip": annotation} if annotation else {},
+        )
+        with trio.fail_after(200):
+            async with world.running(NODE_CONTROLLERS, "--node-status-update-frequency=1m"):
+                await wait_for(lambda: len(world.cloud.calls_by("instances")) >= 2, poll_s=1)
+    patches = world.transport.node_writes("n0")
+    if written is None:
+        assert patches == []
+    else:
+        assert [w.path for w in patches] == ["/api/v1/nodes/n0/status"]
+        addresses = [a["address"] for a in world.node("n0")["status"]["addresses"]]
+        assert addresses == written
+
+
+async def test_a_wave_has_at_most_two_batches_of_lookups_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """100 new Nodes with lookups batched 10 at a time: every Node is initialised, and no
+    more than 20 of their handler calls (two full batches) run at once."""
+    names = [f"w{i:03}" for i in range(100)]
+    async with open_world() as world:
+        for name in names:
+            world.cloud.add_instance(name)
+            world.register(name)
+        busiest = 0
+        with trio.fail_after(600):
+            async with world.running(NODE_CONTROLLERS, "--cloud-batch-size=10") as serving:
+                while not initialised(world, *names):
+                    controllers = serving.debug_actors()["controllers"]
+                    assert isinstance(controllers, dict)
+                    manager = controllers["cloud-node-controller"]["managers"]
+                    busiest = max(busiest, manager["cloud-node-controller"]["statistics"]["busy"])
+                    await trio.sleep(0.005)
+    assert 10 <= busiest <= 20

@@ -401,3 +401,24 @@ async def test_at_most_30_pod_cidr_writes_at_once(autojump_clock: trio.testing.M
         waves = collections.Counter(moments(sent))
         assert waves == {0.0: 30, 1.0: 30, 2.0: 30, 3.0: 10}
         assert all(len(pod_cidrs(world, name)) == 1 for name in names)
+
+
+async def test_a_shared_cidr_is_freed_only_when_its_last_holder_goes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two Nodes that hold one CIDR: deleting one keeps it taken; deleting the other frees
+    it for a Node waiting in a full range."""
+    async with open_world() as world:
+        create_with_cidrs(world, "x", ["10.244.0.0/24"])
+        create_with_cidrs(world, "y", ["10.244.0.0/24"])
+        register(world, "a")
+        with trio.fail_after(600):
+            async with world.running(*ipam("10.244.0.0/23", "--node-cidr-mask-size=24")):
+                await wait_for(lambda: pod_cidrs(world, "a") == ["10.244.1.0/24"])
+                register(world, "b")
+                await delete(world, "x")
+                await trio.sleep(120)  # retries of the full range, x gone, y still there
+                waited = pod_cidrs(world, "b")
+                await delete(world, "y")
+                await wait_for(lambda: pod_cidrs(world, "b") == ["10.244.0.0/24"])
+    assert waited == []

@@ -154,6 +154,52 @@ async def test_expired_event_is_created_again(server: ApiServer, kube: KubeClien
     assert event["count"] == 1
 
 
+@pytest.mark.parametrize(
+    ("wait_s", "kept"),
+    [
+        pytest.param(120, (50, 50, 50), id="within-every-window"),
+        pytest.param(400, (0, 50, 50), id="buckets-full-again"),
+        pytest.param(700, (0, 0, 50), id="aggregation-window-over"),
+        pytest.param(3700, (0, 0, 0), id="events-past-their-ttl"),
+    ],
+)
+async def test_caches_forget_a_wave(
+    server: ApiServer,
+    kube: KubeClient,
+    autojump_clock: trio.testing.MockClock,
+    wait_s: float,
+    kept: tuple[int, int, int],
+) -> None:
+    """A wave of one Event per Node fills the three caches; each forgets its entries once
+    they no longer change a decision (window over, bucket full, Event past its TTL)."""
+    with trio.fail_after(5000):
+        async with recording(kube) as recorder:
+            for i in range(50):
+                recorder.normal(ObjectRef("Node", f"n{i}", uid=f"u{i}"), "Synced", "ok")
+            await trio.testing.wait_all_tasks_blocked()
+            full = recorder.cache_sizes()
+            await trio.sleep(wait_s)
+            left = recorder.cache_sizes()
+    assert full == (50, 50, 50)
+    assert left == kept
+
+
+async def test_a_bumped_event_stays_remembered(
+    server: ApiServer, kube: KubeClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An Event repeated within the TTL keeps its dedup entry: the repeat after the sweep
+    still patches the one Event."""
+    with trio.fail_after(5000):
+        async with recording(kube) as recorder:
+            recorder.warning(NODE, "DeletingNodeFailed", "lookup failed")
+            await trio.sleep(3000)
+            recorder.warning(NODE, "DeletingNodeFailed", "lookup failed")
+            await trio.sleep(1000)  # 4,000 s after the first write, 1,000 after the bump
+            recorder.warning(NODE, "DeletingNodeFailed", "lookup failed")
+    (event,) = _events(server)
+    assert event["count"] == 3
+
+
 def _kubectl() -> str | None:
     found = shutil.which("kubectl")
     if found is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 
 import pytest
 
@@ -159,3 +160,17 @@ def test_invalid_parameters_are_refused(kwargs: dict[str, float], fragment: str)
     """Nonsense parameters raise ValueError naming the constraint."""
     with pytest.raises(ValueError, match=fragment.replace("[", r"\[")):
         Backoff(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_wave_of_failing_keys_gives_its_table_back() -> None:
+    """Once 5,000 keys that failed together have all succeeded, the failure table is small
+    again; counting starts afresh for a key that fails later."""
+    backoff = Backoff(1.0, 10.0, jitter=0.0)
+    for i in range(5000):
+        backoff.next_delay(i)
+    wave = sys.getsizeof(backoff._failures)
+    for i in range(5000):
+        backoff.reset(i)
+    assert len(backoff) == 0
+    assert sys.getsizeof(backoff._failures) < wave / 100
+    assert backoff.next_delay(7) == 1.0

@@ -7,6 +7,7 @@ exact virtual seconds: "the retry ran at t=15.0".
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -723,3 +724,28 @@ async def test_send_without_admission_is_refused() -> None:
     )
     with pytest.raises(RuntimeError, match=r"send\(\) needs serve\(\.\.\., admit=\.\.\.\)"):
         actors.send("a", 1)
+
+
+async def test_a_wave_of_children_gives_its_tables_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Once 5,000 children (a wave of new Nodes) have all exited idle, the manager's tables
+    are small again, and a later key still gets its child."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=100, idle_timeout_s=30.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            for i in range(5000):
+                mailbox.put(f"node-{i}", i)
+            await trio.sleep(10.0)
+            wave = sys.getsizeof(actors._actors)
+            await trio.sleep(100.0)
+            emptied = (len(actors), sys.getsizeof(actors._actors), sys.getsizeof(actors._parked))
+            mailbox.put("late", 1)
+            await trio.sleep(5.0)
+    assert len(handler.calls) == 5001
+    assert wave > 100_000
+    assert emptied[0] == 0
+    assert max(emptied[1:]) < 1_000
+    assert handler.values("late") == [1]
