@@ -8,8 +8,11 @@ names the script), every name in backticks in the first column of a table whose 
 cell is "Figure". The scripts are found in bench/ (every `*.py` not starting with `_`), so a
 new benchmark is run here as soon as it exists, and fails here until it is documented.
 
-All the quick runs start at once, in parallel (several of them mostly wait: real-time lease
-and quiet periods), from one module-scoped fixture; each benchmark then has its own test.
+The quick runs start at once, in parallel (several of them mostly wait: real-time lease
+and quiet periods), from one module-scoped fixture; each benchmark then has its own test. The
+OpenStack benchmarks' runs have a fixture and a test of their own: they run on the session's
+OpenStack world (one per test process), so on the xdist worker of the tests that use it
+(tests/helpers/sharing.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.sharing import describe_world
+from trio_ccm_testbed.openstack import OpenStackWorld
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -39,6 +45,11 @@ _KEY = re.compile(r"`([a-z][a-z0-9_]*)`")
 OWN_TESTS = {"chaos": "tests/e2e/test_chaos.py"}
 """Benchmarks whose quick runs have a test of their own that checks more (chaos: both modes,
 no violation, the documented keys); running them here too would only cost time."""
+
+
+def needs_openstack(script: str) -> bool:
+    """The OpenStack benchmarks (`bench/openstack_*.py`) run on an OpenStack world."""
+    return script.startswith("openstack_")
 
 
 def scripts() -> list[str]:
@@ -83,13 +94,11 @@ class QuickRun:
         return figures
 
 
-@pytest.fixture(scope="module")
-def quick_runs() -> Iterator[dict[str, QuickRun]]:
-    """Start every benchmark's quick run at once and wait for all of them."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+def start_quick_runs(names: list[str], env: dict[str, str]) -> Iterator[dict[str, QuickRun]]:
+    """Start these benchmarks' quick runs at once, wait for all of them, yield their runs."""
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as files:
         running = {}
-        for script in scripts():
+        for script in names:
             out = files.enter_context(Path(tmp, f"{script}.out").open("w+"))
             err = files.enter_context(Path(tmp, f"{script}.err").open("w+"))
             process = subprocess.Popen(
@@ -122,22 +131,59 @@ def quick_runs() -> Iterator[dict[str, QuickRun]]:
         yield runs
 
 
+def quick_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@pytest.fixture(scope="module")
+def quick_runs() -> Iterator[dict[str, QuickRun]]:
+    """Start every benchmark's quick run that needs no OpenStack at once; wait for all."""
+    yield from start_quick_runs([s for s in scripts() if not needs_openstack(s)], quick_env())
+
+
+@pytest.fixture(scope="module")
+def openstack_quick_runs(openstack: OpenStackWorld) -> Iterator[dict[str, QuickRun]]:
+    """The OpenStack benchmarks' quick runs, at once, on the session's OpenStack world
+    (described to them in `TRIO_CCM_OPENSTACK_WORLD`: bench/_openstack.py) rather than on a
+    world each."""
+    env = quick_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        name, value = describe_world(openstack, Path(tmp, "world.json"))
+        env[name] = value
+        yield from start_quick_runs([s for s in scripts() if needs_openstack(s)], env)
+
+
 def test_every_benchmark_has_a_documented_section() -> None:
     """Every script in bench/ has a section in docs/benchmarks.md naming at least one figure."""
     keys = documented_keys(DOC.read_text())
     assert {s: sorted(keys.get(s, ())) for s in scripts() if not keys.get(s)} == {}
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, id=s) for s in scripts()])
+def check_quick_run(run: QuickRun) -> None:
+    """The run exited 0 and its last line is JSON holding every key the doc documents."""
+    assert run.returncode == 0, f"bench/{run.script}.py --quick failed:\n{run.stderr[-4000:]}"
+    documented = documented_keys(DOC.read_text()).get(run.script, set())
+    assert sorted(documented - set(run.figures())) == []
+
+
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, id=s) for s in scripts() if not needs_openstack(s)]
+)
 def test_quick_run_prints_every_documented_figure(
     script: str, quick_runs: dict[str, QuickRun]
 ) -> None:
     """`bench/SCRIPT.py --quick` exits 0 and its last line is JSON holding every key the doc
     documents for it."""
-    run = quick_runs[script]
-    assert run.returncode == 0, f"bench/{script}.py --quick failed:\n{run.stderr[-4000:]}"
-    documented = documented_keys(DOC.read_text()).get(script, set())
-    assert sorted(documented - set(run.figures())) == []
+    check_quick_run(quick_runs[script])
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, id=s) for s in scripts() if needs_openstack(s)])
+def test_openstack_quick_run_prints_every_documented_figure(
+    script: str, openstack_quick_runs: dict[str, QuickRun]
+) -> None:
+    """`bench/openstack_*.py --quick`, on the session's OpenStack world, exits 0 and its last
+    line is JSON holding every key the doc documents for it."""
+    check_quick_run(openstack_quick_runs[script])
 
 
 @pytest.mark.parametrize(

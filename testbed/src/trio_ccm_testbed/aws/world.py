@@ -464,9 +464,34 @@ def _read_balancing(world: World) -> Balancing:
     return Balancing(nlbs, clbs, groups, security)
 
 
+_GONE_MIDWAY: Final = frozenset(
+    {"LoadBalancerNotFound", "TargetGroupNotFound", "ListenerNotFound", "InvalidGroup.NotFound"}
+)
+_READS: Final = 5
+
+
+def _gone_midway(exc: Exception) -> bool:
+    """A resource listed a moment ago was deleted before its details were read (by the CCM
+    under test): moto answers not-found, or a 500 when the delete lands inside its read."""
+    import botocore.exceptions
+    import botocore.parsers
+
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return exc.response.get("Error", {}).get("Code") in _GONE_MIDWAY
+    return isinstance(exc, botocore.parsers.ResponseParserError) and "500" in str(exc)
+
+
 async def balancing(world: World) -> Balancing:
-    """moto's load balancers, target groups and security groups, read now."""
-    return await trio.to_thread.run_sync(_read_balancing, world)
+    """moto's load balancers, target groups and security groups, read now: read again
+    (up to 5 times) when one of them was deleted between its listing and its details, so
+    that what is returned is one consistent snapshot."""
+    for attempt in range(_READS):
+        try:
+            return await trio.to_thread.run_sync(_read_balancing, world)
+        except Exception as exc:
+            if attempt == _READS - 1 or not _gone_midway(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 async def certificate(world: World, domain: str = "example.com") -> str:
