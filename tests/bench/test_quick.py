@@ -18,6 +18,7 @@ OpenStack world (one per test process), so on the xdist worker of the tests that
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -31,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.sharing import describe_world
-from trio_ccm_testbed.openstack import OpenStackWorld
+from tests.helpers.sharing import bench_openstack, describe_world
+from trio_ccm_testbed.openstack import OpenStackWorld, Ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
@@ -208,3 +209,28 @@ def test_documented_keys_reads_the_first_column_of_figure_tables(
     """The doc parser takes backticked names from the first column of "Figure" tables only,
     per script section."""
     assert documented_keys(doc) == expected
+
+
+def test_an_attached_world_is_the_described_one(tmp_path: Path) -> None:
+    """What the OpenStack benches attach to (bench/_openstack.py) has every field of the
+    world that was described, the same backend endpoints and the same cloud.conf."""
+    world = OpenStackWorld(tmp_path / "world", Ports.from_base(24000))
+    world.auth_url = "http://127.0.0.1:24010/v3"
+    world.ccm_auth = {
+        "username": "ccm",
+        "password": 'a "quoted" secret',
+        "project_name": "k8s",
+        "user_domain_name": "Default",
+        "project_domain_name": "Default",
+    }
+    world.network_id, world.subnet_id, world.external_network_id = "net", "subnet", "ext"
+    world.flavors = {"m1.tiny": "1"}
+    world.clouds_yaml = tmp_path / "world" / "clouds.yaml"
+    name, value = describe_world(world, tmp_path / "world.json")
+    attached = bench_openstack().attach(json.loads(Path(value).read_text()))
+    assert name == "TRIO_CCM_OPENSTACK_WORLD"
+    fields = [f.name for f in dataclasses.fields(world) if f.name not in ("faults", "timings_s")]
+    assert [getattr(attached, f) for f in fields] == [getattr(world, f) for f in fields]
+    assert attached.layout.backend_url("identity") == world.layout.backend_url("identity")
+    mine = world.write_cloud_conf(tmp_path / "mine.conf").read_text()
+    assert attached.write_cloud_conf(tmp_path / "attached.conf").read_text() == mine

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
@@ -69,13 +70,19 @@ class SharingScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is 
         super()._assign_work_unit(node)
 
 
-def describe_world(world: OpenStackWorld, path: Path) -> tuple[str, str]:
-    """Write the world's description for the OpenStack benches (bench/_openstack.py, which
-    owns the format) to `path`; the environment variable and value that name it to them."""
+def bench_openstack() -> ModuleType:
+    """bench/_openstack.py (the benches import it as `_openstack`, with bench/ on their path)."""
     spec = importlib.util.spec_from_file_location("_bench_openstack", BENCH / "_openstack.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def describe_world(world: OpenStackWorld, path: Path) -> tuple[str, str]:
+    """Write the world's description for the OpenStack benches (bench/_openstack.py, which
+    owns the format) to `path`; the environment variable and value that name it to them."""
+    module = bench_openstack()
     path.write_text(json.dumps(module.describe(world)))
     return module.ENV, str(path)
