@@ -36,8 +36,12 @@ types: install
 imports: install
 	$(BIN)/lint-imports
 
+# The suite on every core (PYTEST_WORKERS=0: in this process, serially): whole test modules
+# per xdist worker, and the tests that share the OpenStack world on one worker
+# (tests/helpers/sharing.py).
+PYTEST_WORKERS ?= auto
 test: lint types imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Testbed + CCM in one process: 50 Nodes and 3 LoadBalancer Services, a summary, then exit.
 demo: $(RUNTIME_STAMP)

@@ -5,10 +5,11 @@ then a node-set change, then a CCM restart; the Octavia calls of each phase, bes
 
 Runs on the project's OpenStack test world (`trio_ccm_testbed.openstack.open_free_world`:
 Debian's Keystone, Neutron, Octavia with noop amphorae and real Neutron VIPs; started for
-the run, stopped after; docs/openstack-testworld.md). The emulator (in-process) holds the
-Nodes (addresses on the world's subnet, no servers: members need only an address) and the
-Services. One trio-ccm replica with the openstack provider (service-lb-controller only)
-runs them.
+the run, stopped after; docs/openstack-testworld.md), or on the running world that
+`TRIO_CCM_OPENSTACK_WORLD` describes (`make test`'s: bench/_openstack.py). The emulator
+(in-process) holds the Nodes (addresses on the world's subnet, no servers: members need
+only an address) and the Services. One trio-ccm replica with the openstack provider
+(service-lb-controller only) runs them.
 
 Phases and figures:
 - `single_create_s`: one Service alone, from its creation until its status has the
@@ -49,6 +50,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from _openstack import openstack_world  # noqa: E402
 from trio_ccm.cloud.openstack.config import parse_cloud_config  # noqa: E402
 from trio_ccm.cloud.openstack.provider import OpenStackProvider  # noqa: E402
 from trio_ccm.testing import make_node, make_service  # noqa: E402
@@ -263,13 +265,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     warnings.simplefilter("ignore")  # openstacksdk's deprecation chatter
-    from trio_ccm_testbed.openstack import open_free_world
-
-    world = open_free_world()
-    try:
+    # The project's test world: started here, or the running one `make test` names.
+    with openstack_world() as world:
         return trio.run(main, args, world)
-    finally:
-        world.stop()
 
 
 if __name__ == "__main__":

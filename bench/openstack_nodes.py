@@ -4,8 +4,9 @@ initialised by trio-ccm's `openstack` provider; then the periodic address sync o
     python bench/openstack_nodes.py [--nodes N] [--quick] [--clouds-yaml PATH --cloud NAME]
 
 The OpenStack is the project's test world (`trio_ccm_testbed.openstack`, started for the
-run and stopped after), or an existing one named by `--clouds-yaml`/`--cloud` (the ccm
-user's cloud; an admin cloud is not needed). N servers (`bench-os--<i>`, default 100,
+run and stopped after, or the running one that `TRIO_CCM_OPENSTACK_WORLD` describes:
+`make test`'s, bench/_openstack.py), or an existing one named by `--clouds-yaml`/`--cloud`
+(the ccm user's cloud; an admin cloud is not needed). N servers (`bench-os--<i>`, default 100,
 `--quick` 10) are booted on one network by one multi-create call and waited for (`seed_s`,
 not part of the wave); those the fake compute host fails (ERROR, `boot_failed`) are
 deleted and the wave runs on the others (`nodes`). The emulator (in-process transport) gets
@@ -40,6 +41,7 @@ from typing import Any
 import trio
 
 from _common import machine_line, print_figures, quiet_logging
+from _openstack import openstack_world
 from trio_ccm.cloud.openstack import OpenStackProvider, from_config
 from trio_ccm.testing.harness import run_ccm
 from trio_ccm_testbed.apiserver import ApiServer
@@ -99,18 +101,14 @@ def open_cloud(clouds_yaml: str, cloud: str, workdir: Path) -> Iterator[Cloud]:
             )
         yield Cloud(conn, conf, net.id)
         return
-    import importlib
-
-    # The project's test world, started here (trio_ccm_testbed.openstack).
-    world = importlib.import_module("trio_ccm_testbed.openstack").open_free_world()
-    try:
+    # The project's test world: started here, or the running one `make test` names
+    # (bench/_openstack.py).
+    with openstack_world() as world:
         path = world.write_cloud_conf(workdir / "cloud.conf")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             conn = world.sdk()
         yield Cloud(conn, path.read_bytes(), world.network_id)
-    finally:
-        world.stop()
 
 
 def boot(cloud: Cloud, nodes: int) -> tuple[list[dict[str, Any]], int]:

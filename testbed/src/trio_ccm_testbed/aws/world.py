@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import botocore.exceptions
+import botocore.parsers
 import trio
 
 from trio_ccm_testbed.aws.server import TEST_CREDENTIALS, MotoServer
@@ -50,7 +51,6 @@ UNINITIALIZED_TAINT: Final = {
 _VPC_CIDR: Final = "10.0.0.0/16"
 _RUN_BATCH: Final = 100
 _EXAMPLE_AMI: Final = "ami-12c6146b"  # moto's example AMI
-_VANISHED_REREADS: Final = 5  # reads of balancing() before a vanishing resource is raised
 
 
 def ready_condition(ready: bool) -> dict[str, str]:
@@ -466,20 +466,31 @@ def _read_balancing(world: World) -> Balancing:
     return Balancing(nlbs, clbs, groups, security)
 
 
+_GONE_MIDWAY: Final = frozenset(
+    {"LoadBalancerNotFound", "TargetGroupNotFound", "ListenerNotFound", "InvalidGroup.NotFound"}
+)
+_READS: Final = 5
+
+
+def _gone_midway(exc: Exception) -> bool:
+    """A resource listed a moment ago was deleted before its details were read (by the CCM
+    under test): moto answers not-found, or a 500 when the delete lands inside its read."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return exc.response.get("Error", {}).get("Code") in _GONE_MIDWAY
+    return isinstance(exc, botocore.parsers.ResponseParserError) and "500" in str(exc)
+
+
 async def balancing(world: World) -> Balancing:
-    """moto's load balancers, target groups and security groups, read now (read again when
-    one is deleted between its listing and its details: a CCM may be deleting meanwhile)."""
-    return await trio.to_thread.run_sync(_read_balancing_settled, world)
-
-
-def _read_balancing_settled(world: World) -> Balancing:
-    for _ in range(_VANISHED_REREADS):
+    """moto's load balancers, target groups and security groups, read now: read again
+    (up to 5 times) when one of them was deleted between its listing and its details, so
+    that what is returned is one consistent snapshot."""
+    for attempt in range(_READS):
         try:
-            return _read_balancing(world)
-        except botocore.exceptions.ClientError as exc:
-            if "NotFound" not in str(exc.response.get("Error", {}).get("Code", "")):
+            return await trio.to_thread.run_sync(_read_balancing, world)
+        except Exception as exc:
+            if attempt == _READS - 1 or not _gone_midway(exc):
                 raise
-    return _read_balancing(world)
+    raise AssertionError("unreachable")
 
 
 async def certificate(world: World, domain: str = "example.com") -> str:
