@@ -54,6 +54,9 @@ class CloudLog:
     writes: list[CloudWrite]
     calls: int
     by_status: dict[str, int]
+    writes_by_read: list[CloudWrite] | None = None
+    """The sim cloud's writes dated by when the testbed began handling them (`readWall`),
+    to show how a busy testbed would skew the verdict; None for the other clouds."""
 
 
 class ChaosCloud(Protocol):
@@ -181,7 +184,10 @@ class SimWorld:
         response.raise_for_status()
         calls = response.json()["calls"]
         return CloudLog(
-            cloud_writes_of_log(calls), len(calls), dict(Counter(str(c["status"]) for c in calls))
+            cloud_writes_of_log(calls),
+            len(calls),
+            dict(Counter(str(c["status"]) for c in calls)),
+            writes_by_read=cloud_writes_of_log(calls, clock="readWall"),
         )
 
 

@@ -20,9 +20,10 @@ or a failure *means*. A client's attempt, `once()`, tells the loop by what it ra
   that was sent: sending it again could apply it twice; the controller re-verifies once it
   can no longer land).
 
-The fence is checked by `leaving()` right before each request leaves, on every attempt: a
-retry may come after the Lease is gone. It is checked in the client rather than in an httpx
-transport so that requests httpx routes through an HTTPS_PROXY are fenced too.
+The fence is checked by `leaving()` right before each request is handed to httpx, on every
+attempt: a retry may come after the Lease is gone. It is checked in the client as well as
+at the socket (the clients' `fence.http_transport()`), so that requests httpx routes
+through an HTTPS_PROXY are fenced too.
 """
 
 from __future__ import annotations

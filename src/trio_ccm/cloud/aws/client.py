@@ -44,6 +44,7 @@ from typing import Final
 import httpx
 import trio
 
+from trio_ccm.cloud import fence
 from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.aws.codec import USER_AGENT, Codec, Parsed
 from trio_ccm.cloud.aws.config import CloudConfig

@@ -60,6 +60,7 @@ import httpx
 import msgspec
 import trio
 
+from trio_ccm.cloud import fence
 from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.openstack.errors import (
     ConflictError,
