@@ -103,9 +103,11 @@ async def test_the_leadership_fence_is_checked_before_every_attempt(world: World
     asked = 0
 
     def guard() -> None:
+        # Leading until the first attempt has reached the cloud (its checks before the
+        # client sends and at the socket write pass); lost for every later check.
         nonlocal asked
         asked += 1
-        if asked > 1:
+        if world.server.faults.calls("DescribeVpcs") >= 1:
             raise NotLeadingError("lost the Lease while the call was backing off")
 
     client = client_for(world)
@@ -114,7 +116,7 @@ async def test_the_leadership_fence_is_checked_before_every_attempt(world: World
             await client.call("ec2", "DescribeVpcs", {"VpcIds": [world.vpc_id]})
     finally:
         await client.aclose()
-    assert asked == 2
+    assert asked >= 2  # the retry asked
     assert world.server.faults.calls("DescribeVpcs") == 1  # the retry was never sent
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -209,3 +212,34 @@ async def test_http1_releases_a_stream_when_its_client_hangs_up() -> None:
             await stream.aclose()
             await released.wait()
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps are Linux's")
+async def test_http1_dates_a_request_by_its_arrival_not_by_when_it_was_read() -> None:
+    """A request that a busy server reads late carries the kernel's receive time: the
+    leadership referee dates cloud writes by when they left their replica, not by when a
+    starved testbed got to them."""
+    seen: list[tuple[float | None, float]] = []
+
+    async def record(request: Request) -> Response:
+        seen.append((request.received_at, time.time()))
+        return Response(200, b"ok")
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(serve_http1, record, host="127.0.0.1", port=0))
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"GET /late HTTP/1.1\r\nhost: test\r\n\r\n")
+            sent = time.time()
+            # The server runs on this thread: blocking it is a starved server, and the
+            # request waits in the kernel meanwhile.
+            time.sleep(0.3)  # noqa: ASYNC251 - the point: a blocked server
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(client.dup()))
+            answer = b""
+            while b"\r\n\r\nok" not in answer:
+                answer += await stream.receive_some(1024)
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+    [(received_at, handled_at)] = seen
+    assert received_at is not None
+    assert received_at <= sent + 0.05
+    assert handled_at - received_at >= 0.3

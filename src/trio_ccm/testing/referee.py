@@ -21,9 +21,10 @@ Across processes (`bench/chaos.py`) the same records come from what the servers 
 HTTP: `lease_write_of` reads one state of the Lease (as a watch delivers each) and dates it
 by its `renewTime`, which its writer stamped (wall clock) before sending it, the same instant
 `LeaseRecorder` uses; `cloud_writes_of_log` reads the sim cloud's `/_sim/calls` and dates
-each call by its arrival (wall clock). Lease holders are client-go identities
-(`<hostname>_<uuid>`) and call-log replicas are the cloud config's `replica`; `identities`
-maps the former to the latter.
+each call by its arrival (wall clock): over a socket, the kernel's receive time, when the
+request left its replica on loopback, however late a busy testbed got to read it. Lease
+holders are client-go identities (`<hostname>_<uuid>`) and call-log replicas are the cloud
+config's `replica`; `identities` maps the former to the latter.
 """
 
 from __future__ import annotations
@@ -184,12 +185,16 @@ def cloud_writes_of_log(
     calls: Iterable[Mapping[str, JSON]], *, clock: str = "wall"
 ) -> list[CloudWrite]:
     """The mutating calls of a call log as `GET /_sim/calls` answers it, dated by `clock`
-    ("wall": the wall clock at arrival, comparable across processes; "time": Trio's)."""
-    if clock not in ("wall", "time"):
-        raise ValueError(f"clock={clock!r}: use 'wall' or 'time'")
+    ("wall": the wall clock at arrival, comparable across processes; "time": Trio's;
+    "readWall": the wall clock when the cloud began handling the call, which a busy testbed
+    makes later than its arrival: only to show how much that would change a verdict)."""
+    if clock not in ("wall", "time", "readWall"):
+        raise ValueError(f"clock={clock!r}: use 'wall', 'time' or 'readWall'")
     found = []
     for call in calls:
         method, at = call.get("method"), call.get(clock)
+        if at is None and clock == "readWall":
+            at = call.get("wall")  # read as it arrived (no kernel time was taken)
         if method not in MUTATING_CLOUD_METHODS:
             continue
         if not isinstance(at, int | float):

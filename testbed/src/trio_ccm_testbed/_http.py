@@ -35,6 +35,9 @@ Contracts both doors keep:
 from __future__ import annotations
 
 import contextlib
+import socket
+import struct
+import sys
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -46,7 +49,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 from urllib.parse import parse_qs, quote, unquote
 
 import h11
@@ -133,6 +136,10 @@ class Request:
     query: Mapping[str, list[str]] = field(default_factory=dict)
     headers: Headers = field(default_factory=Headers)
     body: bytes = b""
+    received_at: float | None = None
+    """Over a socket on Linux, when the kernel received the request's last bytes (wall
+    clock, from the socket's receive timestamps): when the request left its client, on
+    loopback, however late this process got to read it. None elsewhere (in-process)."""
 
     @classmethod
     def build(
@@ -142,9 +149,11 @@ class Request:
         query_string: str,
         headers: Iterable[tuple[str, str]],
         body: bytes,
+        *,
+        received_at: float | None = None,
     ) -> Request:
         query = parse_qs(query_string, keep_blank_values=True)
-        return cls(method.upper(), raw_path, query, Headers(headers), body)
+        return cls(method.upper(), raw_path, query, Headers(headers), body, received_at)
 
     @property
     def path(self) -> str:
@@ -346,6 +355,8 @@ async def _cancel_on_disconnect(receive: _Receive, scope: trio.CancelScope) -> N
 
 # -- plain HTTP/1.1 --------------------------------------------------------------------
 _RECEIVE_BYTES = 64 * 1024
+_SO_TIMESTAMPNS: Final = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else 0)
+_TIMESPEC: Final = struct.Struct("@qq")
 _NO_BODY_STATUSES = frozenset({204, 304})
 
 
@@ -362,6 +373,10 @@ async def serve_http1(
     the socket accepts. A connection idle for `keep_alive_timeout_s` between requests is
     closed; a request line and headers longer than `max_request_bytes` are refused (431)."""
     sock = bind_socket(host, port)
+    if _SO_TIMESTAMPNS:
+        # Set on the listener, so that accepted connections have it from their first byte.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     try:
         bound_port: int = sock.getsockname()[1]
         listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
@@ -374,34 +389,70 @@ async def serve_http1(
     raise AssertionError("serve_listeners returned without being cancelled")
 
 
-async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> Any:
+class _Receiver:
+    """Reads a connection's bytes, and on Linux the kernel's receive time of the latest read
+    (`SO_TIMESTAMPNS`), so a request is dated by its arrival, not by when a busy server
+    read it."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.received_at: float | None = None
+        self._timestamps = False
+        if _SO_TIMESTAMPNS:
+            try:
+                stream.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self._timestamps = True
+            except OSError:
+                pass
+
+    async def receive(self) -> bytes:
+        if not self._timestamps:
+            return await self.stream.receive_some(_RECEIVE_BYTES)
+        try:
+            data, ancillary, _, _ = await self.stream.socket.recvmsg(
+                _RECEIVE_BYTES, socket.CMSG_SPACE(_TIMESPEC.size)
+            )
+        except OSError as exc:
+            raise trio.BrokenResourceError from exc
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                seconds, nanoseconds = _TIMESPEC.unpack(payload[: _TIMESPEC.size])
+                self.received_at = seconds + nanoseconds / 1e9
+        return bytes(data)
+
+
+async def _next_event(conn: h11.Connection, receiver: _Receiver) -> Any:
     while True:
         event = conn.next_event()
         if event is not h11.NEED_DATA:
             return event
         if conn.they_are_waiting_for_100_continue:
-            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-        conn.receive_data(await stream.receive_some(_RECEIVE_BYTES))
+            await receiver.stream.send_all(
+                conn.send(h11.InformationalResponse(status_code=100, headers=[]))
+            )
+        conn.receive_data(await receiver.receive())
 
 
 async def _serve_connection(
     handler: Handler, keep_alive_s: float, max_request_bytes: int, stream: trio.SocketStream
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_request_bytes)
+    receiver = _Receiver(stream)
     try:
         while True:
             head = None
             with trio.move_on_after(keep_alive_s):
-                head = await _next_event(conn, stream)
+                head = await _next_event(conn, receiver)
             if not isinstance(head, h11.Request):
                 return  # idle too long, or the client closed the connection
             chunks: list[bytes] = []
-            while not isinstance(event := await _next_event(conn, stream), h11.EndOfMessage):
+            while not isinstance(event := await _next_event(conn, receiver), h11.EndOfMessage):
                 if isinstance(event, h11.ConnectionClosed):
                     return
                 if isinstance(event, h11.Data):
                     chunks.append(event.data)
-            await _answer(handler, conn, stream, _request_of(head, b"".join(chunks)))
+            request = _request_of(head, b"".join(chunks), receiver.received_at)
+            await _answer(handler, conn, stream, request)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
@@ -417,7 +468,7 @@ async def _serve_connection(
             await stream.aclose()
 
 
-def _request_of(head: h11.Request, body: bytes) -> Request:
+def _request_of(head: h11.Request, body: bytes, received_at: float | None = None) -> Request:
     path, _, query = head.target.partition(b"?")
     return Request.build(
         head.method.decode("ascii"),
@@ -425,6 +476,7 @@ def _request_of(head: h11.Request, body: bytes) -> Request:
         query.decode("latin-1"),
         [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers.raw_items()],
         body,
+        received_at=received_at,
     )
 
 

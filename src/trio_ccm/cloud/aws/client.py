@@ -142,7 +142,8 @@ class AwsClient:
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.http = httpx.AsyncClient(
-            transport=transport,
+            # The fence also runs at each socket write (trio_ccm.cloud.fence.http_transport).
+            transport=transport or fence.http_transport(),
             timeout=httpx.Timeout(timeout_s),
             headers={"User-Agent": USER_AGENT},
             http2=False,

@@ -287,8 +287,8 @@ class OpenStackClient:
                 verify.verify_mode = ssl.CERT_NONE
             verify.load_cert_chain(cert_file, key_file or None)
         self.http = httpx.AsyncClient(
-            transport=transport,
-            verify=verify,
+            # The fence also runs at each socket write (trio_ccm.cloud.fence.http_transport).
+            transport=transport or fence.http_transport(verify=verify),
             # The whole attempt is bounded by timeout_s (below); httpx's own timeouts only
             # tell a connect failure (the request never left) from the rest.
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),

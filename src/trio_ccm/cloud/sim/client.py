@@ -29,6 +29,7 @@ import msgspec
 import trio
 
 from trio_ccm._version import __version__
+from trio_ccm.cloud import fence
 from trio_ccm.cloud.fence import GuardedTransport
 from trio_ccm.cloud.provider import ThrottledError
 from trio_ccm.cloud.sim.errors import SimCloudError, SimOutcomeUnknownError
@@ -99,10 +100,11 @@ class SimClient:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            # The fence runs before each request (a frozen leader's requests never leave).
+            # The fence runs before each request and again at its socket write (a frozen
+            # leader's requests never leave).
             self._http = httpx.AsyncClient(
                 base_url=self.url,
-                transport=GuardedTransport(self._transport or httpx.AsyncHTTPTransport()),
+                transport=GuardedTransport(self._transport or fence.http_transport()),
                 timeout=httpx.Timeout(self._timeout_s),
                 headers={
                     REPLICA_HEADER: self.replica,

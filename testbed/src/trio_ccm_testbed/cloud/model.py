@@ -125,7 +125,10 @@ class Call:
     """One API call as the cloud saw it: when it arrived, who made it, how it was answered.
 
     `time` is Trio's clock when the request arrived (before any injected latency), `wall`
-    the wall clock then; `replica` is the `X-Sim-Replica` header ("" without one).
+    the wall clock then: the kernel's receive time over a socket (Linux), and then
+    `read_wall` is the clock when the server began handling it (later than `wall` by
+    however long a busy testbed took to get to the request; None otherwise);
+    `replica` is the `X-Sim-Replica` header ("" without one).
     """
 
     time: float
@@ -134,9 +137,10 @@ class Call:
     method: str
     target: str
     status: int
+    read_wall: float | None = None
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        found: dict[str, JSON] = {
             "time": self.time,
             "wall": self.wall,
             "replica": self.replica,
@@ -144,3 +148,6 @@ class Call:
             "target": self.target,
             "status": self.status,
         }
+        if self.read_wall is not None:
+            found["readWall"] = self.read_wall
+        return found

@@ -404,7 +404,11 @@ class SimCloud:
             except SimApiError as exc:
                 return error_response(exc)
         arrived = trio.current_time()
-        wall = self._wall_clock()
+        # The kernel's receive time when served over a socket: a starved testbed reads a
+        # request late, and the leadership referee must date it by when it left its replica.
+        now_wall = self._wall_clock()
+        wall = now_wall if request.received_at is None else request.received_at
+        read_wall = None if request.received_at is None else now_wall
         replica = request.headers.get(REPLICA_HEADER, "")
         method, target, status = "Unknown", request.raw_path, 499  # 499: the caller went away
         try:
@@ -431,7 +435,7 @@ class SimCloud:
             status = response.status
             return response
         finally:
-            self.calls.append(Call(arrived, wall, replica, method, target, status))
+            self.calls.append(Call(arrived, wall, replica, method, target, status, read_wall))
 
     def _route(self, request: Request) -> _Endpoint:
         parts = request.segments()
