@@ -54,6 +54,8 @@ class CloudLog:
     writes: list[CloudWrite]
     calls: int
     by_status: dict[str, int]
+    writes_by_read: list[CloudWrite] | None = None
+    """The same writes dated by when the server began handling each (sim cloud only)."""
 
 
 class ChaosCloud(Protocol):
@@ -181,7 +183,10 @@ class SimWorld:
         response.raise_for_status()
         calls = response.json()["calls"]
         return CloudLog(
-            cloud_writes_of_log(calls), len(calls), dict(Counter(str(c["status"]) for c in calls))
+            cloud_writes_of_log(calls),
+            len(calls),
+            dict(Counter(str(c["status"]) for c in calls)),
+            cloud_writes_of_log(calls, clock="readWall"),
         )
 
 
