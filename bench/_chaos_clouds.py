@@ -591,6 +591,7 @@ async def open_openstack(
                 yield listening.url, kubeconfig, cloud
             finally:
                 nursery.cancel_scope.cancel()
+                fleet.close()
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(_clean_openstack, world)
