@@ -610,8 +610,19 @@ async def _open_openstack(
         flush=True,
     )
     fleet = OpenStackFleet(world)
-    await fleet.add_servers(nodes)
-    await nursery.start(fleet.serve)
+
+    async def serve_fleet(*, task_status: trio.TaskStatus[None]) -> None:
+        try:
+            await fleet.serve(task_status=task_status)
+        finally:
+            fleet.close()  # its REST client's connections (unclosed sockets otherwise)
+
+    try:
+        await fleet.add_servers(nodes)
+    except BaseException:
+        fleet.close()
+        raise
+    await nursery.start(serve_fleet)
     path = world.write_cloud_conf(
         world.root / "cloud-testbed.conf",
         extra={
