@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import requests
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -146,11 +147,17 @@ class LbCluster:
         found = [
             lb
             for lb in conn.load_balancer.load_balancers(name=self.lb_name(service))
-            if lb.provisioning_status not in ("DELETED",)
+            if lb.provisioning_status not in ("DELETED", "PENDING_DELETE")
         ]
-        if not found:
-            return None
-        return read_tree(conn, found[0].id)
+        for lb in found:
+            try:
+                return read_tree(conn, lb.id)
+            except requests.HTTPError as exc:
+                # Deleted between the listing and the read (a replaced load balancer of
+                # the same name goes while its successor is made): read the next one.
+                if exc.response is None or exc.response.status_code != 404:
+                    raise
+        return None
 
     def floating_ips(self, service: str) -> list[dict[str, Any]]:
         conn = self.world.sdk(admin=True)

@@ -138,7 +138,7 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
     async with open_lb_cluster(openstack, tmp_path / "a", "lbown") as c:
         c.add_nodes(2)
         with trio.fail_after(900):
-            async with running(c, provider=provider_for(c)):
+            async with running(c):
                 for name in ("one", "two"):
                     c.create_service(name, node_ports=(30291 if name == "one" else 30292,))
                 for name in ("one", "two"):
@@ -172,7 +172,7 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
             # its own emulator, read by its CCM): refused, not adopted
             async with open_lb_cluster(openstack, tmp_path / "b", "lbown") as other:
                 other.add_nodes(1, start=5)
-                async with running(other, provider=provider_for(other)):
+                async with running(other):
                     other.create_service("one", node_ports=(30291,))
 
                     async def refused() -> bool:
@@ -191,7 +191,7 @@ async def test_restart_identity_and_sweep(openstack: Any, tmp_path: Path) -> Non
                 "--delete-leaked-load-balancers",
                 "--leaked-load-balancer-grace=0s",
             )
-            async with running(c, *sweeping, provider=provider_for(c)):
+            async with running(c, *sweeping):
 
                 async def swept() -> bool:
                     return await sdk_call(lambda: c.leftovers("two")) == []
