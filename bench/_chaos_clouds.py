@@ -98,6 +98,27 @@ class ChaosCloud(Protocol):
 
     async def log(self) -> CloudLog: ...
 
+    def admit(self, services: list[dict[str, Any]]) -> bool:
+        """Whether the load balancers of `services` (every Service that has, or may still
+        have, one: the workload's next state) fit in the cloud's default quotas; the
+        workload holds back a step that would not."""
+        ...
+
+    def quota(self) -> dict[str, Any]:
+        """The quota figures of the run (aws: the Nodes' group's rules), for the JSON."""
+        ...
+
+
+class NoQuota:
+    """A cloud whose quotas the workload cannot reach (sim: `MAX_SERVICES` stays inside its
+    ingress pool; OpenStack: the test world's quotas are unlimited)."""
+
+    def admit(self, services: list[dict[str, Any]]) -> bool:
+        return True
+
+    def quota(self) -> dict[str, Any]:
+        return {}
+
 
 # -- the sim cloud --------------------------------------------------------------------------
 SIM_FAULTS: Final = (
@@ -120,7 +141,7 @@ FAULT_PROBABILITY: Final = 0.35
 
 
 @dataclass
-class SimWorld:
+class SimWorld(NoQuota):
     """The sim cloud of a `trio-ccm testbed` process (module docstring)."""
 
     http: httpx.AsyncClient
@@ -260,6 +281,20 @@ AWS_FAULTS: Final = (
     ("latency-elb", "latency", None, "elasticloadbalancing", 10),
 )
 AWS_LATENCY_S: Final = 1.5
+AWS_RULES_PER_GROUP: Final = 60
+"""AWS's default quota of inbound rules per VPC security group, which moto enforces."""
+AWS_RULES_KEPT: Final = 3
+"""Of those, left for the cluster's own rules (docs/aws.md, "Security-group rule quotas")."""
+LB_FINALIZER: Final = "service.kubernetes.io/load-balancer-cleanup"
+
+
+def holds_load_balancer(svc: dict[str, Any]) -> bool:
+    """Whether a Service has, or may still have, a load balancer: it wants one, or its
+    cleanup finalizer says one is not cleaned up yet (a deleted Service, or one turned
+    ClusterIP, keeps its rules until the CCM revokes them)."""
+    return svc["spec"].get("type") == "LoadBalancer" or LB_FINALIZER in (
+        svc["metadata"].get("finalizers") or ()
+    )
 
 
 @dataclass
@@ -272,6 +307,53 @@ class AwsWorld:
     """Access key -> replica name."""
     traffic: httpx.AsyncClient | None = None
     name: str = "aws"
+    maybe_nlb: set[str] = field(default_factory=set)
+    """Services whose load balancer may be an NLB: annotated `nlb` at some time (a refused
+    switch keeps the type the CCM made, and a ClusterIP round trip makes the annotated one)."""
+    peak_rules: int = 0
+
+    def node_group_rules(self, services: list[dict[str, Any]]) -> int:
+        """The most rules the load balancers of `services` need on the Nodes' shared group
+        (docs/aws.md, "Security-group rule quotas"): a Classic ELB one; an NLB a client
+        rule per NodePort and source range, a health rule per NodePort and subnet unless
+        its source range is 0.0.0.0/0 alone, and the shared MTU rule per client range.
+        A Service that may be either type counts as an NLB, which never needs fewer."""
+        rules = 0
+        client_ranges: set[str] = set()
+        for svc in services:
+            if not holds_load_balancer(svc):
+                continue
+            name = svc["metadata"]["name"]
+            annotations = svc["metadata"].get("annotations") or {}
+            if annotations.get(AWS_TYPE) != "nlb" and name not in self.maybe_nlb:
+                rules += 1
+                continue
+            node_ports = len(svc["spec"].get("ports") or ())
+            ranges = svc["spec"].get("loadBalancerSourceRanges") or ["0.0.0.0/0"]
+            rules += node_ports * len(ranges)
+            if ranges != ["0.0.0.0/0"]:
+                rules += node_ports * len(self.world.subnet_ids)
+            client_ranges.update(ranges)
+        return rules + len(client_ranges)
+
+    def admit(self, services: list[dict[str, Any]]) -> bool:
+        rules = self.node_group_rules(services)
+        if rules > AWS_RULES_PER_GROUP - AWS_RULES_KEPT:
+            return False
+        self.peak_rules = max(self.peak_rules, rules)
+        self.maybe_nlb |= {
+            s["metadata"]["name"]
+            for s in services
+            if (s["metadata"].get("annotations") or {}).get(AWS_TYPE) == "nlb"
+        }
+        return True
+
+    def quota(self) -> dict[str, Any]:
+        return {
+            "node_group_rules_limit": AWS_RULES_PER_GROUP,
+            "node_group_rules_budget": AWS_RULES_PER_GROUP - AWS_RULES_KEPT,
+            "node_group_rules_peak": self.peak_rules,
+        }
 
     def replica(self, dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
         key = "AKIACHAOS" + name.upper().replace(".", "G")
@@ -413,7 +495,7 @@ OPENSTACK_FAULTS: Final = (
 
 
 @dataclass
-class OpenStackWorld:
+class OpenStackWorld(NoQuota):
     """The OpenStack test world behind its fault proxy (module docstring)."""
 
     world: Any  # trio_ccm_testbed.openstack.OpenStackWorld

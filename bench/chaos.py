@@ -42,7 +42,9 @@ the middleware dates every request's arrival: the referee judges those writes (e
 but Describe/Get/List) against the Lease as it judges the sim cloud's. Services are Classic
 ELBs or NLBs, the annotation change is a type switch, faults are throttling, 5xx and
 latency; the invariants are read back from moto (`find_aws_problems`: load balancers,
-listeners, target groups, security groups and their rules).
+listeners, target groups, security groups and their rules). The workload stays within the
+default quota of rules on the Nodes' security group (`ChaosCloud.admit`): a step whose
+result would not fit is held back, a create that would not fit as an NLB is a Classic ELB.
 
 **Traffic** (`bench/_traffic.py`, sim cloud only): the testbed runs with a loopback
 load-balancer pool of its own, so its load balancers serve its Nodes' NodePorts and
@@ -198,6 +200,9 @@ class World:
     holder: str = ""
     workload: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
+    held_back: Counter[str] = field(default_factory=Counter)
+    """Workload steps held back (or, for a create, made without its annotations) because
+    their result would not fit in the cloud's quotas (`ChaosCloud.admit`)."""
     restarting: bool = True
     services: int = 0
     traffic: Traffic | None = None  # requests through every load balancer (bench/_traffic.py)
@@ -301,17 +306,45 @@ def source_ranges(rng: random.Random) -> list[str] | None:
     return [f"10.{rng.randrange(256)}.0.0/16" for _ in range(rng.choice((1, 2)))]
 
 
-async def service_names(world: World) -> list[str]:
+async def all_services(world: World) -> list[dict[str, Any]]:
+    """The workload's Services, those being deleted too (they hold their load balancer
+    until the CCM removes their finalizer)."""
     response = await world.api.get(SERVICES_PATH)
     response.raise_for_status()
+    items: list[dict[str, Any]] = response.json()["items"]
     return sorted(
-        s["metadata"]["name"]
-        for s in response.json()["items"]
-        if s["metadata"]["name"].startswith("svc-") and not s["metadata"].get("deletionTimestamp")
+        (s for s in items if s["metadata"]["name"].startswith("svc-")),
+        key=lambda s: str(s["metadata"]["name"]),
     )
 
 
-async def create_service(world: World) -> None:
+def live_names(services: list[dict[str, Any]]) -> list[str]:
+    return [s["metadata"]["name"] for s in services if not s["metadata"].get("deletionTimestamp")]
+
+
+def merged(svc: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """`svc` as a merge patch `body` of its annotations and spec leaves it."""
+    annotations = {**(svc["metadata"].get("annotations") or {})}
+    for key, value in body.get("metadata", {}).get("annotations", {}).items():
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+    spec = {**svc["spec"]}
+    for key, value in body.get("spec", {}).items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return {**svc, "metadata": {**svc["metadata"], "annotations": annotations}, "spec": spec}
+
+
+async def create_service(world: World, services: list[dict[str, Any]] | None = None) -> str:
+    """Create the next Service, within the cloud's quotas (`ChaosCloud.admit`): as drawn,
+    else without its annotations (aws: a Classic ELB), else not at all; returns the kind
+    of step made."""
+    if services is None:
+        services = await all_services(world)
     name = f"svc-{world.services:03}"
     world.services += 1
     spec: dict[str, Any] = {"type": "LoadBalancer", "selector": {"app": name}}
@@ -321,7 +354,17 @@ async def create_service(world: World) -> None:
         spec["loadBalancerSourceRanges"] = ranges
     metadata = {"name": name, "annotations": world.cloud.service_annotations(world.rng)}
     body = {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+    kind = "service-create"
+    if not world.cloud.admit([*services, body]):
+        world.held_back[kind] += 1
+        if not metadata["annotations"]:
+            return "held-back-at-quota"
+        metadata["annotations"] = {}
+        if not world.cloud.admit([*services, body]):
+            return "held-back-at-quota"
+        kind = "service-create-plain"  # a Classic ELB where an NLB would not fit
     (await world.api.post(SERVICES_PATH, json=body)).raise_for_status()
+    return kind
 
 
 async def patch(world: World, path: str, body: dict[str, Any]) -> None:
@@ -330,31 +373,46 @@ async def patch(world: World, path: str, body: dict[str, Any]) -> None:
         response.raise_for_status()
 
 
+async def patch_within_quota(
+    world: World, services: list[dict[str, Any]], path: str, body: dict[str, Any], kind: str
+) -> str:
+    """Make a change that may need more of the cloud's quota only if the result fits."""
+    name = path.rsplit("/", 1)[1]
+    after = [merged(s, body) if s["metadata"]["name"] == name else s for s in services]
+    if not world.cloud.admit(after):
+        world.held_back[kind] += 1
+        return "held-back-at-quota"
+    await patch(world, path, body)
+    return kind
+
+
 async def workload_step(world: World) -> str:
     """One random change a user (or the cloud) makes; returns its kind."""
     rng = world.rng
-    names = await service_names(world)
+    services = await all_services(world)
+    names = live_names(services)
     roll = rng.random()
     if (roll < 0.2 or not names) and len(names) < MAX_SERVICES:
-        await create_service(world)
-        return "service-create"
+        return await create_service(world, services)
     path = f"{SERVICES_PATH}/{rng.choice(names)}"
     if world.traffic is not None and roll < 0.62:  # the branches below that change it
         world.traffic.note("service", path.rsplit("/", 1)[1])
     if roll < 0.3:
-        await patch(world, path, {"spec": {"ports": ports(rng)}})
-        return "service-ports"
+        body: dict[str, Any] = {"spec": {"ports": ports(rng)}}
+        return await patch_within_quota(world, services, path, body, "service-ports")
     if roll < 0.4:
-        await patch(world, path, {"spec": {"loadBalancerSourceRanges": source_ranges(rng)}})
-        return "service-source-ranges"
+        body = {"spec": {"loadBalancerSourceRanges": source_ranges(rng)}}
+        return await patch_within_quota(world, services, path, body, "service-source-ranges")
     if roll < 0.47:
         kind = rng.choice(("ClusterIP", "LoadBalancer"))
-        await patch(world, path, {"spec": {"type": kind}})
-        return "service-type"
+        return await patch_within_quota(
+            world, services, path, {"spec": {"type": kind}}, "service-type"
+        )
     if roll < 0.52:
         kind, note = await world.cloud.annotation_step(rng)
-        await patch(world, path, {"metadata": {"annotations": note}})
-        return kind
+        return await patch_within_quota(
+            world, services, path, {"metadata": {"annotations": note}}, kind
+        )
     if roll < 0.62:
         response = await world.api.delete(path)
         if response.status_code not in (200, 404):
@@ -701,6 +759,7 @@ def judge(
         "replica_starts": len(world.incarnations),
         "workload": dict(world.workload),
         "fault_rules": dict(world.faults),
+        "quota": {"held_back": dict(world.held_back), **world.cloud.quota()},
         "chaos_s": round(chaos_s, 1),
         **(world.traffic.figures([d.at for d in world.disruptions]) if world.traffic else {}),
     }
