@@ -21,8 +21,9 @@ import pytest
 import trio
 import trio.testing
 
+from tests.helpers.world import LoadBalancersDouble
 from trio_ccm.cli.flags import parse_flags
-from trio_ccm.cloud import LoadBalancers, LoadBalancerStatus, NodeInfo, ServiceInfo
+from trio_ccm.cloud import LoadBalancerStatus, NodeInfo, ServiceInfo
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing import ApiServer, SimCloud, make_service, register_node, virtual_now
@@ -34,20 +35,9 @@ ANNOTATION = "example.com/load-balancer-id"
 SERVICES = 4
 
 
-class AnnotatingSlowEnsure:
+class AnnotatingSlowEnsure(LoadBalancersDouble):
     """The sim provider's load balancers with an ensure of three cloud writes in a row (as
     an Octavia load balancer's children are made), asking for `ANNOTATION` on the Service."""
-
-    def __init__(self, inner: LoadBalancers) -> None:
-        self.inner = inner
-
-    async def get_load_balancer(
-        self, cluster: str, service: ServiceInfo
-    ) -> LoadBalancerStatus | None:
-        return await self.inner.get_load_balancer(cluster, service)
-
-    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
-        return self.inner.load_balancer_name(cluster, service)
 
     async def ensure_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
@@ -57,14 +47,6 @@ class AnnotatingSlowEnsure:
         status = await self.inner.ensure_load_balancer(cluster, service, nodes)
         name = self.inner.load_balancer_name(cluster, service)
         return LoadBalancerStatus(status.ingress, annotations={ANNOTATION: name})
-
-    async def update_load_balancer(
-        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
-    ) -> None:
-        await self.inner.update_load_balancer(cluster, service, nodes)
-
-    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
-        await self.inner.ensure_load_balancer_deleted(cluster, service)
 
 
 class Provider:

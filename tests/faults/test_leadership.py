@@ -23,8 +23,9 @@ import pytest
 import trio
 import trio.testing
 
+from tests.helpers.world import LoadBalancersDouble
 from trio_ccm.cli.flags import parse_flags
-from trio_ccm.cloud import LoadBalancers, LoadBalancerStatus, NodeInfo, ServiceInfo
+from trio_ccm.cloud import LoadBalancerStatus, NodeInfo, ServiceInfo
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing import ApiServer, SimCloud, make_service, register_node, virtual_now
@@ -52,22 +53,14 @@ async def test_no_cloud_write_outside_leadership_in_random_schedules(
     assert len(report.cloud_writes) >= 2  # more than one replica acted
 
 
-class SlowEnsure:
+class SlowEnsure(LoadBalancersDouble):
     """The sim provider's load balancers, with an ensure that makes three cloud writes one
     after another (as an AWS NLB's listeners and target groups are made)."""
 
     def __init__(self, inner: SimProvider) -> None:
         lbs = inner.load_balancers
         assert lbs is not None
-        self.inner: LoadBalancers = lbs
-
-    async def get_load_balancer(
-        self, cluster: str, service: ServiceInfo
-    ) -> LoadBalancerStatus | None:
-        return await self.inner.get_load_balancer(cluster, service)
-
-    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
-        return self.inner.load_balancer_name(cluster, service)
+        super().__init__(lbs)
 
     async def ensure_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
@@ -75,14 +68,6 @@ class SlowEnsure:
         for _ in range(2):
             await self.inner.ensure_load_balancer(cluster, service, nodes)
         return await self.inner.ensure_load_balancer(cluster, service, nodes)
-
-    async def update_load_balancer(
-        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
-    ) -> None:
-        await self.inner.update_load_balancer(cluster, service, nodes)
-
-    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
-        await self.inner.ensure_load_balancer_deleted(cluster, service)
 
 
 class Provider:

@@ -8,7 +8,7 @@ replica's writes) and the cloud's call log (its cloud calls) hold are exact virt
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -16,7 +16,13 @@ from typing import Any, Final
 import httpx
 from prometheus_client import CollectorRegistry
 
-from trio_ccm.cloud.provider import CloudProvider
+from trio_ccm.cloud.provider import (
+    CloudProvider,
+    LoadBalancers,
+    LoadBalancerStatus,
+    NodeInfo,
+    ServiceInfo,
+)
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.supervisor import Serving
 from trio_ccm.testing.factories import ready_condition
@@ -54,6 +60,35 @@ class ProviderDouble:
 
     async def initialize(self) -> None:
         await self.inner.initialize()
+
+
+class LoadBalancersDouble:
+    """A provider's load balancers passed through to `inner`, for a double that replaces
+    one method (say a slower or annotating `ensure_load_balancer`) and keeps the rest."""
+
+    def __init__(self, inner: LoadBalancers) -> None:
+        self.inner = inner
+
+    async def get_load_balancer(
+        self, cluster: str, service: ServiceInfo
+    ) -> LoadBalancerStatus | None:
+        return await self.inner.get_load_balancer(cluster, service)
+
+    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
+        return self.inner.load_balancer_name(cluster, service)
+
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        return await self.inner.ensure_load_balancer(cluster, service, nodes)
+
+    async def update_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> None:
+        await self.inner.update_load_balancer(cluster, service, nodes)
+
+    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
+        await self.inner.ensure_load_balancer_deleted(cluster, service)
 
 
 @dataclass

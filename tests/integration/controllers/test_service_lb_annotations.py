@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.helpers.world import ProviderDouble, World, open_world
+from tests.helpers.world import LoadBalancersDouble, ProviderDouble, World, open_world
 from trio_ccm.cloud import LoadBalancers, LoadBalancerStatus, NodeInfo, ServiceInfo
 from trio_ccm.testing import make_service, wait_for
 from trio_ccm.testing.harness import Write
@@ -25,35 +25,19 @@ QUIET_S = 10.0
 LB_ID = "example.com/load-balancer-id"
 
 
-class Annotating:
+class Annotating(LoadBalancersDouble):
     """The sim provider's load balancers, whose ensure also asks for `wanted` (as a
     third-party provider's would)."""
 
     def __init__(self, inner: LoadBalancers, wanted: Mapping[str, str]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.wanted = dict(wanted)
-
-    async def get_load_balancer(
-        self, cluster: str, service: ServiceInfo
-    ) -> LoadBalancerStatus | None:
-        return await self.inner.get_load_balancer(cluster, service)
-
-    def load_balancer_name(self, cluster: str, service: ServiceInfo) -> str:
-        return self.inner.load_balancer_name(cluster, service)
 
     async def ensure_load_balancer(
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
         status = await self.inner.ensure_load_balancer(cluster, service, nodes)
         return LoadBalancerStatus(status.ingress, annotations=self.wanted)
-
-    async def update_load_balancer(
-        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
-    ) -> None:
-        await self.inner.update_load_balancer(cluster, service, nodes)
-
-    async def ensure_load_balancer_deleted(self, cluster: str, service: ServiceInfo) -> None:
-        await self.inner.ensure_load_balancer_deleted(cluster, service)
 
 
 def annotating(wanted: Mapping[str, str]) -> Any:
