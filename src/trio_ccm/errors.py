@@ -57,3 +57,13 @@ class NotLeadingError(CcmError):
     """This replica no longer holds its Lease (by its own clock): it must not act. Raised by
     the cloud budget before a provider call made too late, say after the process was frozen
     past its renew deadline; the call never leaves the process."""
+
+
+def traceback_for(exc: BaseException, failures: int) -> BaseException | None:
+    """What to log as `exc_info` for the `failures`-th failure in a row of one key or pass:
+    the first failure's traceback, so a bug shows where it is; none after it (each retry is
+    one line), and none for one of our own errors, whose message already names the object
+    and the fix (an Octavia load balancer in ERROR, a write whose outcome is unknown)."""
+    if failures != 1 or isinstance(exc, CcmError):
+        return None
+    return exc

@@ -61,6 +61,7 @@ import trio
 from trio_ccm.actors.backoff import Backoff, retry_after_s
 from trio_ccm.base.mailbox import Mailbox, MailboxReader
 from trio_ccm.cloud import drain
+from trio_ccm.errors import traceback_for
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Object, resource_version_number
 from trio_ccm.logs import get_logger
@@ -553,7 +554,7 @@ class KeyedActors(Generic[K, V]):
             return fixed
         delay = self._backoff.next_delay(key)
         failures = self._backoff.failures(key)
-        # The traceback once per streak of failures; each retry after it is one line.
+        # The traceback once per streak of failures, and never for our own verdicts.
         log.warning(
             "actor.failed",
             controller=self.name,
@@ -561,7 +562,7 @@ class KeyedActors(Generic[K, V]):
             retry_in_s=round(delay, 3),
             failures=failures,
             error=f"{type(exc).__name__}: {exc}",
-            exc_info=exc if failures == 1 else None,
+            exc_info=traceback_for(exc, failures),
         )
         return delay
 

@@ -35,6 +35,7 @@ from typing import NoReturn
 
 import trio
 
+from trio_ccm.errors import traceback_for
 from trio_ccm.logs import get_logger
 
 __all__ = ["Failure", "Wake", "own_failure", "serve_passes"]
@@ -92,13 +93,13 @@ async def serve_passes(
             await pass_fn()
         except Exception as exc:  # a pass's failure boundary: logged, next pass on schedule
             failures += 1
-            # The traceback once per streak of failed passes; each one after it is one line.
+            # The traceback once per streak of failed passes, and never for our own verdicts.
             log.warning(
                 "pass.failed",
                 controller=name,
                 failures=failures,
                 error=f"{type(exc).__name__}: {exc}",
-                exc_info=exc if failures == 1 else None,
+                exc_info=traceback_for(exc, failures),
             )
         else:
             failures = 0

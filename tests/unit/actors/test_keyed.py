@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 from trio_ccm.actors.backoff import Backoff
 from trio_ccm.actors.keyed import ActorStatistics, GracefulCancelScope, KeyedActors, Reverify
 from trio_ccm.base.mailbox import Mailbox
+from trio_ccm.cloud.provider import OutcomeUnknownError
 from trio_ccm.errors import RetryAfter
 from trio_ccm.kube.informer import Changed, Gone
 from trio_ccm.kube.objects import Node, NodeMeta
@@ -348,6 +349,30 @@ async def test_a_crashing_key_does_not_disturb_others(
     assert [type(e["exc_info"]) for e in failed] == [BoomError, type(None), type(None)]
     assert all(e["error"].startswith("BoomError") for e in failed)
     assert all(e["controller"] == "test-controller" for e in failed)
+
+
+async def test_our_own_verdicts_are_logged_without_a_traceback(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A handler failing with one of our errors (a write whose outcome is unknown) is logged
+    as one line naming it, with no traceback even at the first failure; a bug keeps its
+    traceback."""
+    unknown = OutcomeUnknownError("ensure default/web: the create timed out; read back next")
+    handler = Recorder(script={"lb": [unknown, unknown, None], "bug": [BoomError("bug")]})
+    actors = make(handler)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with capture_logs() as logs, trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "lb", 1), (0.0, "bug", 1)])
+            await trio.sleep_until(30.0)
+    assert handler.times("lb") == [0.0, 5.0, 15.0]
+    failed = [entry for entry in logs if entry["event"] == "actor.failed"]
+    assert [(e["key"], e["failures"], type(e["exc_info"])) for e in failed] == [
+        ("lb", 1, type(None)),
+        ("bug", 1, BoomError),
+        ("lb", 2, type(None)),
+    ]
+    assert failed[0]["error"].startswith("OutcomeUnknownError: ensure default/web")
 
 
 async def test_retry_after_is_logged_without_a_traceback(
