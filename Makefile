@@ -38,10 +38,11 @@ imports: install
 
 # The suite on every core (PYTEST_WORKERS=0: in this process, serially): whole test modules
 # per xdist worker, and the tests that share the OpenStack world on one worker
-# (tests/helpers/sharing.py).
+# (tests/helpers/sharing.py). The 25 slowest tests are listed at the end, to keep the run
+# under its 20 minutes.
 PYTEST_WORKERS ?= auto
 test: lint types imports
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 # Testbed + CCM in one process: 50 Nodes and 3 LoadBalancer Services, a summary, then exit.
 demo: $(RUNTIME_STAMP)
