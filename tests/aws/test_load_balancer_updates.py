@@ -221,18 +221,31 @@ def kept_follows(seen: Balancing, kept: str, ids: list[str]) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("first", "then", "kept"),
+    ("first", "then", "kept", "dropped"),
     [
         pytest.param(
-            {}, {P + "type": "nlb", P + "target-group-attributes": ""}, "clb", id="clb-to-nlb"
+            {},
+            {P + "type": "nlb", P + "target-group-attributes": "preserve_client_ip.enabled=true"},
+            "clb",
+            "target-group-attributes",
+            id="clb-to-nlb",
         ),
         pytest.param(
-            {P + "type": "nlb"}, {P + "connection-idle-timeout": "300"}, "nlb", id="nlb-to-clb"
+            {P + "type": "nlb"},
+            {P + "connection-idle-timeout": "300"},
+            "nlb",
+            "connection-idle-timeout",
+            id="nlb-to-clb",
         ),
     ],
 )
 async def test_a_refused_type_switch_keeps_the_load_balancer_following_the_service(
-    world: World, provider: AwsProvider, first: dict[str, str], then: dict[str, str], kept: str
+    world: World,
+    provider: AwsProvider,
+    first: dict[str, str],
+    then: dict[str, str],
+    kept: str,
+    dropped: str,
 ) -> None:
     """A type change AWS cannot make (upstream refuses it) keeps the load balancer as the
     type it is, with a warning naming the annotation and the fix, and it keeps following the
@@ -259,6 +272,7 @@ async def test_a_refused_type_switch_keeps_the_load_balancer_following_the_servi
     (warning,) = status.warnings
     assert P + "type" in warning
     assert "set the annotation back, or delete the Service and create it again" in warning
+    assert warning.endswith(f"not applied to the kept load balancer: {P}{dropped}")
     assert again.warnings == status.warnings
     assert status.ingress == again.ingress
     assert kept_follows(grown, kept, sorted(i.id for i in instances[1:]))

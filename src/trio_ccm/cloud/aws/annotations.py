@@ -317,16 +317,18 @@ _CLASSIC_ONLY_WHY: Final = {
 }
 
 
-def kept_as(service: ServiceInfo, *, nlb: bool) -> ServiceInfo:
+def kept_as(service: ServiceInfo, *, nlb: bool) -> tuple[ServiceInfo, tuple[str, ...]]:
     """The Service as its existing load balancer's type reads it, after a type change AWS
-    cannot make: the type annotation set back, the other type's own annotations dropped."""
+    cannot make: the type annotation set back, the other type's own annotations dropped
+    (returned, sorted, for the warning to name)."""
     other_only = NLB_ONLY if not nlb else CLASSIC_ONLY
     annotations = {
         k: v for k, v in service.annotations.items() if k != TYPE and k not in other_only
     }
     if nlb:
         annotations[TYPE] = "nlb"
-    return replace(service, annotations=annotations)
+    dropped = tuple(sorted(k for k in service.annotations if k in other_only))
+    return replace(service, annotations=annotations), dropped
 
 
 def refuse_scheme_change(lb_plan: LoadBalancerPlan, scheme: str) -> None:

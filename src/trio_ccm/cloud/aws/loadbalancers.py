@@ -397,7 +397,10 @@ class AwsLoadBalancers:
         if (before is None or before.nlb != nlb) and (found_nlb is None if nlb else True):
             warning = await self._type_change(name, service.key, nlb=nlb)
         if warning:
-            lb_plan = await self._plan(kept_as(service, nlb=not nlb))
+            kept, dropped = kept_as(service, nlb=not nlb)
+            if dropped:
+                warning += f"; not applied to the kept load balancer: {', '.join(dropped)}"
+            lb_plan = await self._plan(kept)
             found_nlb = None if nlb else await self._nlbs.describe(name)
         elif refusal is not None:
             raise refusal
@@ -434,9 +437,8 @@ class AwsLoadBalancers:
         return (
             f"Service {service}: annotation {TYPE_ANNOTATION}: the Service's load balancer "
             f"{name} is {kept} and AWS cannot turn it into {wanted}; it is kept as {kept}, "
-            f"following the Service's ports, source ranges and Nodes (annotations for "
-            f"{wanted.split(' ', 1)[1]}s only are not applied); set the annotation back, or "
-            "delete the Service and create it again (a new load balancer, a new address)"
+            "following the Service's ports, source ranges and Nodes; set the annotation back, "
+            "or delete the Service and create it again (a new load balancer, a new address)"
         )
 
     async def _nlb_group(
