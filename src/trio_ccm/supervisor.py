@@ -32,8 +32,10 @@ Invariants:
   drain is cut at the renew deadline like any loss. Then queued Events are written (at most
   `EVENTS_DRAIN_S`) and `serve` returns.
 - **Forced shutdown** (`Serving.shut_down(force=True)`, the CLI's second signal): the term
-  is cancelled with no grace, the Lease released under the elector's short deadline, no
-  Events drained.
+  is cancelled with no grace and no Events drained, and the Lease is **left to expire**, not
+  released: the cut calls may have requests already on the wire, which the cloud can still
+  apply after a release would have let the next replica in (a chaos run on moto saw one
+  arrive 1 ms after such a release). The next replica takes over once the Lease expires.
 - **Cancelled by the embedding program**: everything stops; the Lease is still released,
   shielded under a deadline. (Calls already granted a grace by `shut_down()` keep it.)
 - **A controller that raises** takes the process down (its exception escapes `serve`), after
@@ -535,6 +537,10 @@ class _Replica:
     def shut_down(self, *, force: bool) -> None:
         if force:
             self.forced = True
+            if self.elector is not None:
+                # Requests of the calls cut here may still be on their way: let the Lease
+                # expire rather than hand it over before they can have landed.
+                self.elector.release_on_cancel = False
             if self.term is not None:
                 self.term.cancel(0.0)
             self.campaign_scope.cancel()

@@ -176,37 +176,110 @@ async def test_a_classic_elb_takes_an_ssl_negotiation_policy(
     assert listener_policies(off) == {80: [], 443: []}
 
 
+async def test_a_scheme_change_is_refused_and_the_load_balancer_kept(
+    world: World, provider: AwsProvider
+) -> None:
+    """A scheme change is refused naming the annotation (upstream ignores it), nothing new
+    is made, and the load balancer stays, also after a restart of the provider (nothing
+    remembered)."""
+    instances = await world.add_instances(1)
+    with trio.fail_after(60):
+        await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+        before = await balancing(world)
+        async with open_provider(world) as fresh:
+            with pytest.raises(ServiceRefused, match="cannot change a load balancer's scheme"):
+                await lbs_of(fresh).ensure_load_balancer(
+                    CLUSTER_ID, service(annotations={P + "internal": "true"}), nodes(instances)
+                )
+        after = await balancing(world)
+    assert (sorted(after.clbs), sorted(after.nlbs)) == (sorted(before.clbs), sorted(before.nlbs))
+    assert sorted(after.security_groups) == sorted(before.security_groups)
+
+
+def client_ranges(seen: Balancing) -> list[str]:
+    """The source ranges of the NLB's client rules on the Nodes' group."""
+    return sorted(
+        r[3]
+        for g in seen.security_groups.values()
+        for r in g["ingress"]
+        if r[4] == f"kubernetes.io/rule/nlb/client={NAME}"
+    )
+
+
+def kept_follows(seen: Balancing, kept: str, ids: list[str]) -> bool:
+    """The kept load balancer serves port 8080 to `ids` from 10.1.0.0/16 only."""
+    if kept == "clb":
+        clb = seen.clbs[NAME]
+        (own,) = [g for n, g in seen.security_groups.items() if n == f"k8s-elb-{NAME}"]
+        return (
+            clb["instances"] == ids
+            and clb["listeners"] == [("TCP", 8080, "TCP", 30080)]
+            and [(r[1], r[3]) for r in own["ingress"] if r[0] == "tcp"] == [(8080, "10.1.0.0/16")]
+        )
+    ((_port, _protocol, group, _cert),) = seen.nlbs[NAME]["listeners"]
+    return seen.target_groups[group]["targets"] == ids and client_ranges(seen) == ["10.1.0.0/16"]
+
+
 @pytest.mark.parametrize(
-    ("first", "then", "words"),
+    ("first", "then", "kept", "dropped"),
     [
-        pytest.param({}, {P + "type": "nlb"}, "is a Classic ELB", id="clb-to-nlb"),
-        pytest.param({P + "type": "nlb"}, {}, "is a NLB", id="nlb-to-clb"),
         pytest.param(
-            {}, {P + "internal": "true"}, "cannot change a load balancer's scheme", id="scheme"
+            {},
+            {P + "type": "nlb", P + "target-group-attributes": "preserve_client_ip.enabled=true"},
+            "clb",
+            "target-group-attributes",
+            id="clb-to-nlb",
+        ),
+        pytest.param(
+            {P + "type": "nlb"},
+            {P + "connection-idle-timeout": "300"},
+            "nlb",
+            "connection-idle-timeout",
+            id="nlb-to-clb",
         ),
     ],
 )
-async def test_a_change_aws_cannot_make_is_refused_and_the_load_balancer_kept(
-    world: World, provider: AwsProvider, first: dict[str, str], then: dict[str, str], words: str
+async def test_a_refused_type_switch_keeps_the_load_balancer_following_the_service(
+    world: World,
+    provider: AwsProvider,
+    first: dict[str, str],
+    then: dict[str, str],
+    kept: str,
+    dropped: str,
 ) -> None:
-    """A type or scheme change is refused naming the annotation (upstream refuses the type
-    change, ignores the scheme), nothing new is made, and the load balancer stays, also
-    after a restart of the provider (nothing remembered)."""
-    instances = await world.add_instances(1)
+    """A type change AWS cannot make (upstream refuses it) keeps the load balancer as the
+    type it is, with a warning naming the annotation and the fix, and it keeps following the
+    Service: Nodes added and removed, ports and source ranges changed afterwards (also from
+    a restarted provider) reach it; the other type's own annotations are not applied, and
+    nothing of the other type is made."""
+    instances = await world.add_instances(3)
+    lbs = lbs_of(provider)
+    switched = service(
+        annotations=then,
+        ports=(ServicePort("http", "TCP", 8080, 30080),),
+        load_balancer_source_ranges=("10.1.0.0/16",),
+    )
     with trio.fail_after(60):
-        await lbs_of(provider).ensure_load_balancer(
-            CLUSTER_ID, service(annotations=first), nodes(instances)
-        )
-        before = await balancing(world)
+        await lbs.ensure_load_balancer(CLUSTER_ID, service(annotations=first), nodes(instances[:1]))
+        status = await lbs.ensure_load_balancer(CLUSTER_ID, switched, nodes(instances[:2]))
+        await lbs.update_load_balancer(CLUSTER_ID, switched, nodes(instances[1:]))
+        grown = await balancing(world)
         async with open_provider(world) as fresh:
-            with pytest.raises(ServiceRefused) as caught:
-                await lbs_of(fresh).ensure_load_balancer(
-                    CLUSTER_ID, service(annotations=then), nodes(instances)
-                )
-        after = await balancing(world)
-    assert words.replace("a NLB", "an NLB") in str(caught.value).replace("a NLB", "an NLB")
-    assert (sorted(after.clbs), sorted(after.nlbs)) == (sorted(before.clbs), sorted(before.nlbs))
-    assert sorted(after.security_groups) == sorted(before.security_groups)
+            again = await lbs_of(fresh).ensure_load_balancer(
+                CLUSTER_ID, switched, nodes(instances[2:])
+            )
+        shrunk = await balancing(world)
+    (warning,) = status.warnings
+    assert P + "type" in warning
+    assert "set the annotation back, or delete the Service and create it again" in warning
+    assert warning.endswith(f"not applied to the kept load balancer: {P}{dropped}")
+    assert again.warnings == status.warnings
+    assert status.ingress == again.ingress
+    assert kept_follows(grown, kept, sorted(i.id for i in instances[1:]))
+    assert kept_follows(shrunk, kept, [instances[2].id])
+    assert (sorted(shrunk.clbs), sorted(shrunk.nlbs)) == (
+        ([NAME], []) if kept == "clb" else ([], [NAME])
+    )
 
 
 async def test_nlb_access_logs_tags_and_static_addresses(

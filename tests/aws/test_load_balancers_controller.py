@@ -455,3 +455,46 @@ async def test_a_rule_quota_error_is_an_event_naming_the_quota_and_the_fixes(
     (event,) = await cluster.events("SyncLoadBalancerFailed")
     assert "Inbound or outbound rules per security group" in event["message"]
     assert "NLBSecurityGroupMode=Managed" in event["message"]
+
+
+async def test_a_refused_type_switch_keeps_the_classic_elb_following_the_service(
+    cluster: Cluster,
+) -> None:
+    """A Classic ELB's Service annotated nlb later gets one Warning naming the annotation
+    and the fix, no NLB is made, and the kept Classic ELB still follows the Nodes added and
+    removed and the source ranges set afterwards."""
+    world = cluster.world
+    instances = await world.add_instances(3)
+    register(cluster, instances[:1])
+    with trio.fail_after(60):
+        async with running(cluster, controllers=CONTROLLERS):
+            name = create(cluster, "web")
+            await until(lambda: bool(hostname(cluster, "web")))
+            await patch(cluster, "web", {"metadata": {"annotations": {TYPE: "nlb"}}})
+
+            async def warned() -> bool:
+                return any(
+                    TYPE in e["message"] for e in await cluster.events("SyncLoadBalancerFailed")
+                )
+
+            await until(warned)
+            register(cluster, instances[1:])
+            response = await cluster.http.delete(f"/api/v1/nodes/{instances[0].private_dns_name}")
+            response.raise_for_status()
+            await patch(cluster, "web", {"spec": {"loadBalancerSourceRanges": ["10.1.0.0/16"]}})
+
+            async def followed() -> bool:
+                seen = await balancing(world)
+                own = seen.security_groups.get(f"k8s-elb-{name}", {"ingress": []})
+                return seen.clbs[name]["instances"] == sorted(i.id for i in instances[1:]) and {
+                    r[3] for r in own["ingress"]
+                } == {"10.1.0.0/16"}
+
+            await until(followed)
+        seen = await balancing(world)
+    (event,) = [e for e in await cluster.events("SyncLoadBalancerFailed") if TYPE in e["message"]]
+    assert "is a Classic ELB and AWS cannot turn it into an NLB" in event["message"]
+    assert "delete the Service and create it again" in event["message"]
+    assert not seen.nlbs
+    assert not seen.target_groups
+    assert hostname(cluster, "web") == seen.clbs[name]["dns"]

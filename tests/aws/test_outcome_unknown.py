@@ -73,8 +73,9 @@ async def test_a_lost_create_route_answer_is_an_unknown_outcome_that_landed(
     world: World, provider: AwsProvider
 ) -> None:
     """CreateRoute is applied but answered with HTTP 500: OutcomeUnknownError after one
-    request, the route is in the table, and creating it again is success (the route it
-    finds is ours) leaving one route."""
+    request, the route is in the table, and creating it again reads the table afresh (the
+    copy from before the lost answer is not trusted) and is success without a second
+    CreateRoute (the route it finds is ours), leaving one route."""
     (instance,) = await world.add_instances(1)
     route = Route(instance.private_dns_name, "10.244.1.0/24")
     faults = world.server.faults
@@ -89,6 +90,7 @@ async def test_a_lost_create_route_answer_is_an_unknown_outcome_that_landed(
         after = [r for r in await world.routes() if r.get("InstanceId") == instance.id]
     assert caught.value.late_landing_s == LATE_S
     assert sent == 1
+    assert faults.calls("CreateRoute") == 1
     assert [r.get("DestinationCidrBlock") for r in landed] == ["10.244.1.0/24"]
     assert after == landed
 

@@ -267,8 +267,9 @@ async def test_a_lease_lost_while_draining_cuts_the_drain_at_the_renew_deadline(
 
 
 async def test_a_second_signal_stops_at_once(autojump_clock: trio.testing.MockClock) -> None:
-    """shut_down(force=True) during a drain: serve returns at once (no grace left); the
-    standby takes over after the release."""
+    """shut_down(force=True) during a drain: serve returns at once (no grace left) without
+    releasing the Lease (cut requests may still land), and the standby takes over only once
+    it has expired."""
     with trio.fail_after(120):
         async with world() as w:
             a = await w.start("ccm-a")
@@ -282,6 +283,10 @@ async def test_a_second_signal_stops_at_once(autojump_clock: trio.testing.MockCl
             await a.done.wait()
             assert trio.current_time() == forced_at
             await b.serving.wait_leading()
+            took_over_at = trio.current_time()
+    a_writes = [(at, h) for at, r, h in w.holders() if r == "ccm-a"]
+    assert "" not in [h for _at, h in a_writes]  # never released
+    assert took_over_at >= max(at for at, _h in a_writes) + LEASE[0]
     assert w.violations() == []
 
 

@@ -354,6 +354,9 @@ class _LbTerm(LbFeeds):
         changed = ingress != service.status.load_balancer.ingress
         if changed or not quiet:
             info(self.ctx, service, reason=REASON_ENSURED_LB, message="Ensured load balancer")
+            for warning in status.warnings:  # served, but not all of the Service as written
+                warn(self.ctx, service, reason=REASON_SYNC_LB_FAILED, message=warning)
+                log.warning("service.change-not-made", service=key, reason=warning)
         if changed:
             written = await self.patch_status(key, set_load_balancer_status(ingress))
             log.info(

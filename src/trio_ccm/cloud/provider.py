@@ -232,10 +232,17 @@ class LoadBalancerStatus:
     `loadbalancer.openstack.org/load-balancer-id`, so that the Service keeps its load
     balancer). The service-lb-controller sets each one whose value differs, with one merge
     patch of `metadata.annotations`, as leader only; it never removes an annotation. A
-    provider that sets none gets no extra write."""
+    provider that sets none gets no extra write.
+
+    `warnings`: changes the provider did not make while it keeps serving the load balancer
+    as it is (say a type AWS cannot change), each a message naming the field and the fix.
+    Each becomes a Warning Event (`SyncLoadBalancerFailed`) on every ensure that is not a
+    quiet re-verification; otherwise the call is a success (status written, and later Node
+    changes go to `update_load_balancer`)."""
 
     ingress: tuple[LoadBalancerIngress, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

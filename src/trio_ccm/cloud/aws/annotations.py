@@ -46,6 +46,7 @@ __all__ = [
     "LoadBalancerPlan",
     "NlbHealthCheck",
     "NlbPort",
+    "kept_as",
     "key_values",
     "plan",
     "refuse_scheme_change",
@@ -314,6 +315,20 @@ _CLASSIC_ONLY_WHY: Final = {
     EXTRA_SECURITY_GROUPS: "an NLB takes no extra security groups (as upstream); remove it, "
     f"or name every group in {SECURITY_GROUPS} with NLBSecurityGroupMode=Managed",
 }
+
+
+def kept_as(service: ServiceInfo, *, nlb: bool) -> tuple[ServiceInfo, tuple[str, ...]]:
+    """The Service as its existing load balancer's type reads it, after a type change AWS
+    cannot make: the type annotation set back, the other type's own annotations dropped
+    (returned, sorted, for the warning to name)."""
+    other_only = NLB_ONLY if not nlb else CLASSIC_ONLY
+    annotations = {
+        k: v for k, v in service.annotations.items() if k != TYPE and k not in other_only
+    }
+    if nlb:
+        annotations[TYPE] = "nlb"
+    dropped = tuple(sorted(k for k in service.annotations if k in other_only))
+    return replace(service, annotations=annotations), dropped
 
 
 def refuse_scheme_change(lb_plan: LoadBalancerPlan, scheme: str) -> None:

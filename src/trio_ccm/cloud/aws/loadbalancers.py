@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
-from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, plan, target_nodes
+from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, kept_as, plan, target_nodes
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
 from trio_ccm.cloud.aws.elb import Clbs, group_name
 from trio_ccm.cloud.aws.elbv2 import Nlbs
@@ -332,17 +332,9 @@ class AwsLoadBalancers:
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
         """Create or update the Service's load balancer (see the module docstring)."""
-        lb_plan = await self._plan(service)
-        before = self._known.pop(lb_plan.name, None)
+        lb_plan, found_nlb, warnings = await self._plan_type(service)
         if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
             raise ServiceRefused(f"Service {service.key}: no port to balance")
-        found_nlb = None
-        if lb_plan.nlb:
-            found_nlb = await self._nlbs.describe(lb_plan.name)
-        if (before is None or before.nlb != lb_plan.nlb) and (
-            found_nlb is None if lb_plan.nlb else True
-        ):
-            await self._refuse_type_change(lb_plan)
         instances = await self._instances(nodes, lb_plan.node_labels)
         ids = sorted(instances)
         if lb_plan.nlb:
@@ -380,40 +372,73 @@ class AwsLoadBalancers:
             kind=lb_plan.kind,
             service=service.key,
             targets=len(ids),
+            kept_type=bool(warnings),
         )
-        return status
+        return replace(status, warnings=warnings)
 
-    async def _refuse_type_change(self, lb_plan: LoadBalancerPlan) -> None:
-        """ServiceRefused when the Service's load balancer exists as the other type (its
-        type annotation changed), as upstream: the existing one is kept, nothing is made."""
+    async def _plan_type(
+        self, service: ServiceInfo
+    ) -> tuple[LoadBalancerPlan, Mapping[str, object] | None, tuple[str, ...]]:
+        """The plan, the NLB found (NLB plans), and the warnings for the Service's load
+        balancer. A change of type AWS cannot make (upstream refuses it) keeps the load
+        balancer as the type it is, planned from the Service as that type reads it
+        (`kept_as`): it keeps following the Service's ports, source ranges and Nodes, and the
+        refusal is a warning, not a verdict that would freeze it until the Service changes."""
+        refusal: ServiceRefused | None = None
+        try:
+            lb_plan: LoadBalancerPlan | None = await self._plan(service)
+        except ServiceRefused as exc:  # perhaps only as the new type (UDP on a Classic ELB)
+            lb_plan, refusal = None, exc
+        name = default_load_balancer_name(service)
+        nlb = lb_plan.nlb if lb_plan else service.annotations.get(TYPE_ANNOTATION) == "nlb"
+        before = self._known.pop(name, None)
+        found_nlb = await self._nlbs.describe(name) if nlb else None
+        warning = ""
+        if (before is None or before.nlb != nlb) and (found_nlb is None if nlb else True):
+            warning = await self._type_change(name, service.key, nlb=nlb)
+        if warning:
+            kept, dropped = kept_as(service, nlb=not nlb)
+            if dropped:
+                warning += f"; not applied to the kept load balancer: {', '.join(dropped)}"
+            lb_plan = await self._plan(kept)
+            found_nlb = None if nlb else await self._nlbs.describe(name)
+        elif refusal is not None:
+            raise refusal
+        assert lb_plan is not None
+        return lb_plan, found_nlb, (warning,) if warning else ()
+
+    async def _type_change(self, name: str, service: str, *, nlb: bool) -> str:
+        """When the Service's load balancer exists as the other type than `nlb` says (its
+        type annotation changed; AWS cannot change a load balancer's type): the warning that
+        says so and names the fix, else ""."""
         client = self._context.client
-        if lb_plan.nlb:
-            if await self._clbs.describe(lb_plan.name) is None:
-                return
+        if nlb:
+            if await self._clbs.describe(name) is None:
+                return ""
             answer = await client.call(
-                "elb", "DescribeTags", {"LoadBalancerNames": [lb_plan.name]}, target=lb_plan.name
+                "elb", "DescribeTags", {"LoadBalancerNames": [name]}, target=name
             )
         else:
-            other = await self._nlbs.describe(lb_plan.name)
+            other = await self._nlbs.describe(name)
             if other is None:
-                return
+                return ""
             answer = await client.call(
                 "elbv2",
                 "DescribeTags",
                 {"ResourceArns": [str(other.get("LoadBalancerArn"))]},
-                target=lb_plan.name,
+                target=name,
             )
         tags: dict[str, str] = {}
         for item in _mappings(answer.get("TagDescriptions")):
             tags.update(tags_of(item.get("Tags")))
-        if tags.get(SERVICE_NAME_TAG, lb_plan.service) != lb_plan.service:
-            return  # another Service's, whose UID starts alike (names keep 31 of 32 digits)
-        kind, was = ("NLB", "Classic ELB") if lb_plan.nlb else ("Classic ELB", "NLB")
-        raise ServiceRefused(
-            f"Service {lb_plan.service}: annotation {TYPE_ANNOTATION}: the Service's load "
-            f"balancer {lb_plan.name} is a {was} and AWS cannot turn it into an {kind}; set the "
-            "annotation back, or delete the Service and create it again (a new load balancer, "
-            "a new address)"
+        if tags.get(SERVICE_NAME_TAG, service) != service:
+            return ""  # another Service's, whose UID starts alike (names keep 31 of 32 digits)
+        wanted, kept = ("an NLB", "a Classic ELB") if nlb else ("a Classic ELB", "an NLB")
+        return (
+            f"Service {service}: annotation {TYPE_ANNOTATION}: the Service's load balancer "
+            f"{name} is {kept} and AWS cannot turn it into {wanted}; it is kept as {kept}, "
+            "following the Service's ports, source ranges and Nodes; set the annotation back, "
+            "or delete the Service and create it again (a new load balancer, a new address)"
         )
 
     async def _nlb_group(
@@ -486,9 +511,13 @@ class AwsLoadBalancers:
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> None:
         """Only the targets changed: register and deregister the difference (see above)."""
-        lb_plan = await self._plan(service)
-        known = self._known.get(lb_plan.name)
-        if known is None or known.nlb != lb_plan.nlb:
+        try:
+            lb_plan: LoadBalancerPlan | None = await self._plan(service)
+        except ServiceRefused:
+            lb_plan = None  # perhaps only as a type it was switched to: ensure says
+        known = self._known.get(lb_plan.name) if lb_plan else None
+        if lb_plan is None or known is None or known.nlb != lb_plan.nlb:
+            # (a load balancer kept as the other type after a type change is ensured in full)
             await self.ensure_load_balancer(cluster, service, nodes)
             return
         ids = self._target_ids(nodes, lb_plan.node_labels)

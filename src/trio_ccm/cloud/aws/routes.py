@@ -25,7 +25,9 @@ as upstream.
 
 Calls: a pass lists the table once; each create costs ModifyInstanceAttribute and
 CreateRoute, reusing the table the pass listed (`TABLE_MAX_AGE_S`) to find a blackhole to
-the same CIDR, and describing it afresh only when CreateRoute says the route exists.
+the same CIDR, and describing it afresh only when CreateRoute says the route exists. Any
+CreateRoute or DeleteRoute, answered or not (an unknown outcome may have landed), drops
+that copy: the next create reads the table again.
 """
 
 from __future__ import annotations
@@ -248,13 +250,17 @@ class AwsRoutes:
 
     async def _create(self, table: RouteTable, cidr: str, instance_id: str, target: str) -> None:
         key = "DestinationIpv6CidrBlock" if _is_ipv6(cidr) else "DestinationCidrBlock"
-        await self._context.client.call(
-            "ec2",
-            "CreateRoute",
-            {"RouteTableId": table.id, key: cidr, "InstanceId": instance_id},
-            target=f"route table {table.id}, {cidr} to {target}",
-        )
-        self._seen = None  # the table changed
+        try:
+            await self._context.client.call(
+                "ec2",
+                "CreateRoute",
+                {"RouteTableId": table.id, key: cidr, "InstanceId": instance_id},
+                target=f"route table {table.id}, {cidr} to {target}",
+            )
+        finally:
+            # The table changed, or may have (an unknown outcome, a cancelled call): the
+            # next create reads it again rather than trust the copy from before.
+            self._seen = None
         log.debug("aws.route-created", route_table=table.id, cidr=cidr, instance=instance_id)
 
     async def delete_route(self, cluster: str, route: Route) -> None:
@@ -274,7 +280,8 @@ class AwsRoutes:
         except AwsError as exc:
             if exc.code != "InvalidRoute.NotFound":
                 raise
-        self._seen = None
+        finally:
+            self._seen = None  # as in _create: changed, or may have
         log.info("aws.route-deleted", route_table=table.id, cidr=cidr, reason=why)
 
     @staticmethod
