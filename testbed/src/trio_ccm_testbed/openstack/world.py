@@ -34,6 +34,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -335,6 +336,16 @@ class OpenStackWorld:
             )
         connection: openstack.connection.Connection = self._sdk[admin]
         return connection
+
+    def put_load_balancer_in_error(self, lb_id: str) -> None:
+        """Octavia's own record of load balancer `lb_id` set to ERROR, as its worker sets it
+        when a flow fails (the noop drivers never fail on their own): every later read, by
+        any client, says ERROR, and Octavia treats it as ERROR (a delete is accepted)."""
+        if not re.fullmatch(r"[0-9a-f-]{36}", lb_id):
+            raise ValueError(f"load balancer id {lb_id!r} is not a UUID")
+        self._sql(
+            f"UPDATE octavia.load_balancer SET provisioning_status = 'ERROR' WHERE id = '{lb_id}';"
+        )
 
     def boot_server(
         self,
