@@ -159,12 +159,15 @@ async def test_writes_and_creates_in_flight_stay_under_their_caps(
 
         provider = provider_for(c)
         with trio.fail_after(900):
-            async with running(c, provider=provider), trio.open_nursery() as nursery:
-                nursery.start_soon(sample)
-                for i, name in enumerate(names):
-                    c.create_service(name, node_ports=(30420 + i,))
-                await until(lambda: all(c.ingress(n) for n in names))
-                nursery.cancel_scope.cancel()
+            try:
+                async with running(c, provider=provider), trio.open_nursery() as nursery:
+                    nursery.start_soon(sample)
+                    for i, name in enumerate(names):
+                        c.create_service(name, node_ports=(30420 + i,))
+                    await until(lambda: all(c.ingress(n) for n in names))
+                    nursery.cancel_scope.cancel()
+            finally:
+                await provider.aclose()
             stats = provider.load_balancers.statistics()  # type: ignore[union-attr]
             assert openstack.faults.writes_peak("load-balancer") == 1
             assert stats["write_slot_waits"] > 0
