@@ -61,6 +61,7 @@ from trio_ccm_testbed.openstack.layout import Layout, Ports, cache_dir, is_loopb
 from trio_ccm_testbed.openstack.processes import (
     MARKER,
     Process,
+    group_cpu_s,
     group_rss_bytes,
     listening_addresses,
     read_pid_file,
@@ -285,6 +286,17 @@ class OpenStackWorld:
                     "listening": [f"{a}:{p}" for a, p in listening_addresses(pid)],
                 }
         return report
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each running process group of this world (from its
+        PID files, so an attached world's too), by name: what a bench charges to the
+        services (a difference of two readings)."""
+        used = {}
+        for pid_file in sorted(self.layout.run.glob("*.pid")):
+            pid = read_pid_file(pid_file)
+            if pid is not None:
+                used[pid_file.stem] = round(group_cpu_s(pid), 2)
+        return used
 
     def processes(self) -> dict[str, int]:
         """The PIDs (= process group IDs) of the processes this world started, by name."""
