@@ -40,6 +40,10 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
   `CREATE_SLOT_TTL_S` passes). A create waits for a slot within `WRITE_PATIENCE_S`, then
   is a `RetryAfter`: Octavia's worker builds every load balancer it is given at once, and
   the test world's one worker put them in ERROR when given 50.
+- **Polls are one listing**: a Service waiting out `PENDING_*` reads its load balancer
+  from one listing of the cluster's load balancers shared by every Service polling within
+  `BOARD_TTL_S` (falling back to its own `GET` when it is not in it), not one `GET` each:
+  50 Services polling their own made Octavia's one API process (serial) the bottleneck.
 - **A create whose outcome is unknown** (timed out, or a 5xx after it was sent) may still
   be made by Octavia until its `late_landing_s` (the client's timeout) and a margin
   (`UNSURE_MARGIN_S`: it may wait in the API's queue meanwhile): until then, a Service
@@ -126,6 +130,8 @@ UNSURE_LANDING_S: Final = 60.0
 UNSURE_MARGIN_S: Final = 60.0
 """Added to a lost create's `late_landing_s` (the client's timeout): a request that timed
 out at the client may still wait in the API's queue, or be half done, when it fires."""
+BOARD_TTL_S: Final = 1.0
+"""How old a listing a polling Service may read its load balancer's state from."""
 _REPLACE_BASE_S: Final = 10.0
 _REPLACE_CAP_S: Final = 300.0
 _REPLACE_RESET_S: Final = 3600.0
@@ -152,6 +158,7 @@ class _Tries:
     create_after: float = -math.inf  # no new load balancer before (trio time)
     unsure_until: float = -math.inf  # a create with an unknown outcome may land until
     slot_since: float | None = None  # holds a create slot since
+    polling: bool = False  # waiting out PENDING_*: read from the shared listing
 
 
 @dataclass(slots=True)
@@ -243,6 +250,10 @@ class OpenStackLoadBalancers:
         self.groups = SecurityGroups(api)
         self._known: dict[str, _Known] = {}  # Service uid -> what we applied
         self._tries: dict[str, _Tries] = {}  # Service uid -> where its tries are
+        self._board: dict[str, dict[str, Any]] = {}  # lb id -> as last listed for polls
+        self._board_at = -math.inf
+        self._board_lock = trio.Lock()
+        self._board_listings = 0
         self._listing: dict[str, list[dict[str, Any]]] | None = None
         self._listed_at = 0.0
         self._listing_lock = trio.Lock()
@@ -307,7 +318,24 @@ class OpenStackLoadBalancers:
         tries = self._tries.setdefault(service.uid, _Tries())
         delay = backoff_s(tries.waits, self.rng)
         tries.waits += 1
+        tries.polling = True
         return RetryAfter(delay, f"{what}; looking again in {delay:.1f} s")
+
+    async def _polled(self, lb_id: str) -> dict[str, Any] | None:
+        """The load balancer as the shared listing (at most `BOARD_TTL_S` old) has it, or
+        from its own GET when the listing has it not (made since, or not tagged ours)."""
+        async with self._board_lock:
+            if trio.current_time() - self._board_at >= BOARD_TTL_S:
+                lbs = await (
+                    self.octavia.find_lbs(tags=OWNER_TAG + self.identity)
+                    if self.identity
+                    else self.octavia.find_lbs()
+                )
+                self._board = {str(lb.get("id")): lb for lb in lbs}
+                self._board_at = trio.current_time()
+                self._board_listings += 1
+        lb = self._board.get(lb_id)
+        return lb if lb is not None else await self.octavia.get_lb(lb_id)
 
     # -- creating, paced ---------------------------------------------------------------------
     def statistics(self) -> dict[str, int]:
@@ -318,6 +346,7 @@ class OpenStackLoadBalancers:
             "write_slot_waits": self.octavia.slot_waits,
             "creates_in_flight": int(self._creates.borrowed_tokens),
             "replacements": sum(t.replaced for t in self._tries.values()),
+            "poll_listings": self._board_listings,
         }
 
     def _may_create(self, p: LbPlan, service: ServiceInfo) -> None:
@@ -457,7 +486,12 @@ class OpenStackLoadBalancers:
         gone = frozenset({"DELETED"}) if deleting else _GONE
         known = self._known.get(service.uid)
         if known is not None:
-            lb = await self.octavia.get_lb(known.lb_id)
+            tries = self._tries.get(service.uid)
+            lb = await (
+                self._polled(known.lb_id)
+                if tries is not None and tries.polling
+                else self.octavia.get_lb(known.lb_id)
+            )
             if lb is not None and lb.get("provisioning_status") not in gone:
                 return lb, lb.get("name") in (p.name, p.legacy_name)
             self._known.pop(service.uid, None)
@@ -564,6 +598,7 @@ class OpenStackLoadBalancers:
             raise self._pending(service, f"load balancer {p.name} ({lb_id}) is {state}")
         if tries is not None:
             tries.waits = 0
+            tries.polling = False
         tags = _tags(lb)
         if owned:
             self._check_owned(p, lb, service)
@@ -626,6 +661,7 @@ class OpenStackLoadBalancers:
         tries.replaced_at = now
         tries.create_after = now + delay
         tries.waits = 0
+        tries.polling = False
         log.warning(
             "openstack.lb-replaced",
             service=service.key,

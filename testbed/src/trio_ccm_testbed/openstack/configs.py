@@ -5,7 +5,10 @@ cheap bcrypt (`password_hash_rounds = 4`, else every token costs 0.3 s) and fern
 Nova with the fake virt driver, no VIF-plugging wait and host discovery every 2 s; Neutron
 ML2 with the world's agent-less binding driver (`agentless`), the router and extraroute
 service; Octavia with the amphora provider on noop compute/amphora/image drivers and the
-world's network driver (`neutron_vip`); one worker per service.
+world's network driver (`neutron_vip`); one worker per service. Neutron's quotas are
+unlimited for every project: Octavia makes a security group per load balancer in the
+`service` project, and Neutron's default of 10 put the 11th load balancer made at once in
+ERROR (`OverQuotaClient` in the worker's log: the 50-Service benchmark).
 
 Services talk to each other on the catalog's `internal` endpoints (the services' own
 ports), so the fault proxy, on the `public` ones, sees and faults the CCM's calls only.
@@ -182,6 +185,14 @@ flat_networks = public
 vni_ranges = 1:10000
 [ml2_type_vlan]
 network_vlan_ranges = public
+[quotas]
+quota_network = -1
+quota_subnet = -1
+quota_port = -1
+quota_router = -1
+quota_floatingip = -1
+quota_security_group = -1
+quota_security_group_rule = -1
 """
 
 
