@@ -18,7 +18,9 @@ Paths are Octavia's `/v2/lbaas/...` and Neutron's `/v2.0/...`. Two things are ou
   timed out with unknown outcomes, the worker put load balancers in ERROR. A write waits
   for a slot within the same `WRITE_PATIENCE_S` as a 409; past it, a `RetryAfter`. Waiting
   for a slot is not a failure, and reads never wait for one (they are cheap, and a
-  `PENDING_*` poll must not queue behind the writes it waits for).
+  `PENDING_*` poll must not queue behind the writes it waits for). Neutron's floating-IP
+  writes have as many slots of their own (its API answered a floating-IP create after more
+  than a minute when 50 came at once).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Octavia:
         self._features: Features | None = None
         self._features_lock = trio.Lock()
         self._writes = trio.CapacityLimiter(max_writes)
+        self._net_writes = trio.CapacityLimiter(max_writes)
         self.slot_waits = 0  # writes that found every slot taken (statistics)
 
     async def features(self) -> Features:
@@ -170,29 +173,40 @@ class Octavia:
             attempt += 1
             await trio.sleep(delay)
 
-    async def _in_slot(self, what: str, started: float, call: Callable[[], Awaitable[T]]) -> T:
-        """`call()` holding a write slot, waited for until `WRITE_PATIENCE_S` after
-        `started`; then a `RetryAfter` (no call was made)."""
+    async def _in_slot(
+        self,
+        what: str,
+        started: float,
+        call: Callable[[], Awaitable[T]],
+        slots: trio.CapacityLimiter | None = None,
+    ) -> T:
+        """`call()` holding a write slot (Octavia's, or `slots`), waited for until
+        `WRITE_PATIENCE_S` after `started`; then a `RetryAfter` (no call was made)."""
+        limiter = self._writes if slots is None else slots
         try:
-            self._writes.acquire_nowait()
+            limiter.acquire_nowait()
         except trio.WouldBlock:
             self.slot_waits += 1
             held = False
             with trio.move_on_at(started + WRITE_PATIENCE_S):
-                await self._writes.acquire()
+                await limiter.acquire()
                 held = True
             if not held:
                 delay = backoff_s(3, self.rng)
+                service = "Octavia" if slots is None else "Neutron"
                 raise RetryAfter(
                     delay,
-                    f"{what}: {self._writes.total_tokens:g} Octavia writes are in flight "
+                    f"{what}: {limiter.total_tokens:g} {service} writes are in flight "
                     "([LoadBalancer] trio-ccm-max-writes-in-flight); trying again in "
                     f"{delay:.1f} s",
                 ) from None
         try:
             return await call()
         finally:
-            self._writes.release()
+            limiter.release()
+
+    async def _net_write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._in_slot(what, trio.current_time(), call, self._net_writes)
 
     # -- load balancers ------------------------------------------------------------------
     async def get_lb(self, lb_id: str) -> dict[str, Any] | None:
@@ -310,7 +324,10 @@ class Octavia:
         return [i for i in items if isinstance(i, dict)]
 
     async def create_floating_ip(self, body: dict[str, Any]) -> dict[str, Any]:
-        answer = await self.api.request(NET, "POST", "/v2.0/floatingips", json={"floatingip": body})
+        answer = await self._net_write(
+            "create a floating IP",
+            lambda: self.api.request(NET, "POST", "/v2.0/floatingips", json={"floatingip": body}),
+        )
         fip = answer.get("floatingip") if isinstance(answer, dict) else None
         if not isinstance(fip, dict) or not fip.get("floating_ip_address"):
             raise ValueError(
@@ -319,11 +336,19 @@ class Octavia:
         return fip
 
     async def update_floating_ip(self, fip_id: str, body: dict[str, Any]) -> None:
-        await self.api.request(NET, "PUT", f"/v2.0/floatingips/{fip_id}", json={"floatingip": body})
+        await self._net_write(
+            f"update floating IP {fip_id}",
+            lambda: self.api.request(
+                NET, "PUT", f"/v2.0/floatingips/{fip_id}", json={"floatingip": body}
+            ),
+        )
 
     async def delete_floating_ip(self, fip_id: str) -> None:
         with contextlib.suppress(NotFoundError):
-            await self.api.request(NET, "DELETE", f"/v2.0/floatingips/{fip_id}")
+            await self._net_write(
+                f"delete floating IP {fip_id}",
+                lambda: self.api.request(NET, "DELETE", f"/v2.0/floatingips/{fip_id}"),
+            )
 
     async def networks(self, **params: str) -> list[dict[str, Any]]:
         items = await self.api.list(NET, "/v2.0/networks", "networks", params=params)
