@@ -26,6 +26,12 @@ __all__ = ["COMPUTE_HOST", "SERVICE_USERS", "write_configs"]
 COMPUTE_HOST: Final = "trio-ccm-compute"
 """The nova-compute host (the fake driver's one hypervisor)."""
 
+OCTAVIA_WORKER_THREADS: Final = 4
+"""Flows the Octavia worker runs at once (oslo.messaging's `executor_thread_pool_size`,
+default 64). Given 21 batch member updates at once, Debian's worker (Zed) stopped for good
+with `greenlet.error: cannot switch to a different thread` in its log, every load balancer
+left in PENDING_UPDATE (the 50-Service benchmark); a real deployment runs several workers."""
+
 SERVICE_USERS: Final = ("glance", "placement", "nova", "neutron", "octavia")
 """Keystone users of the services (role admin in project `service`)."""
 
@@ -200,6 +206,7 @@ def _octavia(layout: Layout) -> str:
     certs = layout.data / "octavia" / "certs"
     return f"""[DEFAULT]
 transport_url = {layout.transport_url}
+executor_thread_pool_size = {OCTAVIA_WORKER_THREADS}
 [api_settings]
 bind_host = {layout.host}
 bind_port = {layout.ports.octavia}
