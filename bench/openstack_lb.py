@@ -26,6 +26,13 @@ Phases and figures:
   (`occm_model_create_s` = lbs times its polled create time); node change `2 + P(3 + k')`
   per Service (k' = 2 polls); restart `4 + 2P` per Service.
 - `leftovers`: what remains in Octavia/Neutron after every Service is deleted (must be 0).
+- What bounds `create_s`: `world_cpu_single_s` and `world_cpu_create_s` are the CPU seconds
+  the world's services (Octavia API and worker, Neutron, Keystone, MariaDB, RabbitMQ...)
+  used during the single create and during the `lbs` creates, by service;
+  `world_cpu_per_create_s` the first's total; `cpu_floor_create_s` = the second's total over
+  the machine's cores, the least time the creates could take on this machine however they
+  were sent. `bench_cpu_create_s`: this process's own (trio-ccm and the emulator).
+  `provider`: the provider's pacing (writes that waited for a slot, ERROR replacements).
 
 The last line printed is the JSON of every figure.
 """
@@ -52,6 +59,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from _openstack import openstack_world  # noqa: E402
 from trio_ccm.cloud.openstack.config import parse_cloud_config  # noqa: E402
+from trio_ccm.cloud.openstack.loadbalancers import OpenStackLoadBalancers  # noqa: E402
 from trio_ccm.cloud.openstack.provider import OpenStackProvider  # noqa: E402
 from trio_ccm.testing import make_node, make_service  # noqa: E402
 from trio_ccm.testing.harness import run_ccm  # noqa: E402
@@ -99,6 +107,12 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
         svc = api.get("v1", "Service", name, namespace="default")
         return bool(svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
 
+    def world_cpu() -> dict[str, float]:
+        return dict(world.cpu_seconds())
+
+    def used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
+
     def create(name: str, node_port: int) -> None:
         ports = [{"name": "p", "port": 80, "protocol": "TCP", "nodePort": node_port}]
         api.create(make_service(name, ports=ports))
@@ -134,16 +148,27 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
                 await replica(provider, task_status)
 
         await nursery.start(run_first)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), world_cpu()
         create("single", 30999)
         await wait(lambda: ingress("single"), 600)
         figures["single_create_s"] = round(time.monotonic() - started, 2)
-        started = time.monotonic()
+        single_cpu = used(cpu, world_cpu())
+        started, cpu, own = time.monotonic(), world_cpu(), time.process_time()
         for i, name in enumerate(names):
             create(name, 31000 + i)
         await wait(lambda: all(ingress(n) for n in names), 1800)
         figures["create_s"] = round(time.monotonic() - started, 2)
         figures["create_vs_single"] = round(figures["create_s"] / figures["single_create_s"], 2)
+        create_cpu = used(cpu, world_cpu())
+        figures["bench_cpu_create_s"] = round(time.process_time() - own, 1)
+        figures["world_cpu_single_s"] = single_cpu
+        figures["world_cpu_per_create_s"] = round(sum(single_cpu.values()), 1)
+        figures["world_cpu_create_s"] = create_cpu
+        cores = os.cpu_count() or 1
+        figures["cpu_floor_create_s"] = round(sum(create_cpu.values()) / cores, 1)
+        lbs = provider.load_balancers
+        if isinstance(lbs, OpenStackLoadBalancers):
+            figures["provider"] = lbs.statistics()
 
         before = octavia_calls(provider)
         added = [f"{base}.{20 + args.nodes + i}" for i in range(args.added)]

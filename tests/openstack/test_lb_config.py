@@ -252,6 +252,14 @@ def test_proxy_protocol_on_udp_is_refused() -> None:
         pytest.param({"lb-version": "v1"}, ["lb-version"], id="version"),
         pytest.param({"flavour": "x"}, ["unknown keys", "flavour"], id="unknown"),
         pytest.param({"provider-requires-serial-api-calls": "true"}, ["serial"], id="serial"),
+        pytest.param(
+            {"trio-ccm-max-writes-in-flight": "0"}, ["trio-ccm-max-writes-in-flight"], id="writes"
+        ),
+        pytest.param(
+            {"trio-ccm-max-creates-in-flight": "many"},
+            ["trio-ccm-max-creates-in-flight", "integer"],
+            id="creates",
+        ),
     ],
 )
 def test_bad_config_is_a_config_error(keys: dict[str, str], words: list[str]) -> None:
@@ -266,3 +274,21 @@ def test_unknown_class_key_is_a_config_error() -> None:
     """[LoadBalancerClass "x"] takes only OCCM's class keys."""
     with pytest.raises(ConfigError, match="lb-method"):
         LbOptions.parse({}, {"x": {"lb-method": "SOURCE_IP"}})
+
+
+@pytest.mark.parametrize(
+    ("keys", "writes", "creates"),
+    [
+        pytest.param({}, 4, 8, id="defaults"),
+        pytest.param(
+            {"trio-ccm-max-writes-in-flight": "1", "trio-ccm-max-creates-in-flight": "3"},
+            1,
+            3,
+            id="set",
+        ),
+    ],
+)
+def test_the_caps_in_flight_are_our_keys(keys: dict[str, str], writes: int, creates: int) -> None:
+    """trio-ccm's own [LoadBalancer] keys cap the Octavia writes and creates in flight."""
+    options = LbOptions.parse(keys)
+    assert (options.max_writes_in_flight, options.max_creates_in_flight) == (writes, creates)

@@ -34,6 +34,9 @@ from trio_ccm.errors import ConfigError
 __all__ = [
     "ANNOTATIONS",
     "CONFIG_KEYS",
+    "DEFAULT_MAX_CREATES_IN_FLIGHT",
+    "DEFAULT_MAX_WRITES_IN_FLIGHT",
+    "OUR_KEYS",
     "LbOptions",
     "LbPlan",
     "Member",
@@ -204,6 +207,15 @@ CONFIG_KEYS: Final = frozenset(
 )
 """Every `[LoadBalancer]` key OCCM reads."""
 
+MAX_WRITES_KEY: Final = "trio-ccm-max-writes-in-flight"
+MAX_CREATES_KEY: Final = "trio-ccm-max-creates-in-flight"
+OUR_KEYS: Final = frozenset({MAX_WRITES_KEY, MAX_CREATES_KEY})
+"""trio-ccm's own `[LoadBalancer]` keys (OCCM has none of them; docs/openstack.md)."""
+DEFAULT_MAX_WRITES_IN_FLIGHT: Final = 4
+"""Octavia writes in flight per provider (octavia.py says why there is a cap)."""
+DEFAULT_MAX_CREATES_IN_FLIGHT: Final = 8
+"""Load balancers being created at once per provider (loadbalancers.py says why)."""
+
 CLASS_KEYS: Final = frozenset(
     {
         "floating-network-id",
@@ -255,6 +267,8 @@ class LbOptions:
     container_store: str = "barbican"
     default_tls_container_ref: str = ""
     classes: Mapping[str, LbClass] = field(default_factory=dict)
+    max_writes_in_flight: int = DEFAULT_MAX_WRITES_IN_FLIGHT  # ours, not OCCM's
+    max_creates_in_flight: int = DEFAULT_MAX_CREATES_IN_FLIGHT  # ours, not OCCM's
 
     @classmethod
     def from_config(cls, config: CloudConfig) -> LbOptions:
@@ -275,7 +289,7 @@ class LbOptions:
         """Read `[LoadBalancer]` (keys as written) and the `[LoadBalancerClass "x"]`
         sections; an unknown key or a bad value is a ConfigError naming it."""
         raw = {k.strip().lower(): v for k, v in (section or {}).items()}
-        unknown = sorted(set(raw) - CONFIG_KEYS)
+        unknown = sorted(set(raw) - CONFIG_KEYS - OUR_KEYS)
         if unknown:
             raise ConfigError(
                 f"[LoadBalancer] has unknown keys {', '.join(unknown)}; remove them "
@@ -318,6 +332,19 @@ class LbOptions:
         shared = integer("max-shared-lb", 2)
         if shared < 1:
             raise ConfigError(f"[LoadBalancer] max-shared-lb = {shared}: write 1 or more")
+        caps = {
+            key: integer(key, default)
+            for key, default in (
+                (MAX_WRITES_KEY, DEFAULT_MAX_WRITES_IN_FLIGHT),
+                (MAX_CREATES_KEY, DEFAULT_MAX_CREATES_IN_FLIGHT),
+            )
+        }
+        for key, cap in caps.items():
+            if cap < 1:
+                raise ConfigError(
+                    f"[LoadBalancer] {key} = {cap}: write 1 or more (a cap of trio-ccm's, "
+                    "docs/openstack.md)"
+                )
         parsed_classes: dict[str, LbClass] = {}
         for name, values in (classes or {}).items():
             keys = {k.strip().lower(): v.strip() for k, v in values.items()}
@@ -356,6 +383,8 @@ class LbOptions:
             container_store=store,
             default_tls_container_ref=text("default-tls-container-ref"),
             classes=parsed_classes,
+            max_writes_in_flight=caps[MAX_WRITES_KEY],
+            max_creates_in_flight=caps[MAX_CREATES_KEY],
         )
 
 

@@ -28,8 +28,28 @@ their floating IPs, and the leaked-load-balancer sweep's inventory.
 - **Node-set changes** (`update_load_balancer`): with the members this process applied
   known, one batch member PUT per pool whose members changed, and no read.
 - **ERROR**: a load balancer this cluster owns found in ERROR is deleted (with our
-  floating IP) and an error says so (the controller's Warning Event); the next try
-  creates it again.
+  floating IP) and a `RetryAfter` says so, naming it and when the new one is made (the
+  controller's Warning Event); the new one is made only after a per-Service backoff that
+  grows with each replacement (`replace_backoff_s`: 5-10 s, doubling up to 150-300 s,
+  jittered; counted again from the start once a replacement is an hour old), so a cloud
+  that puts load balancers in ERROR because it is overloaded is not fed 50 new creates
+  every few seconds (docs/benchmarks.md: 250 replacements in 7.5 minutes, before).
+- **Creates in flight**: at most 8 load balancers of this provider are being
+  created at once (`[LoadBalancer] trio-ccm-max-creates-in-flight`), from the POST until
+  the load balancer is seen out of `PENDING_CREATE` (or the Service is deleted, or
+  `CREATE_SLOT_TTL_S` passes). A create waits for a slot within `WRITE_PATIENCE_S`, then
+  is a `RetryAfter`: Octavia's worker builds every load balancer it is given at once, and
+  the test world's one worker put them in ERROR when given 50.
+- **Polls are one listing**: a Service waiting out `PENDING_*` reads its load balancer
+  from one listing of the cluster's load balancers shared by every Service polling within
+  `BOARD_TTL_S` (falling back to its own `GET` when it is not in it), not one `GET` each:
+  50 Services polling their own made Octavia's one API process (serial) the bottleneck.
+- **A create whose outcome is unknown** (timed out, or a 5xx after it was sent) may still
+  be made by Octavia until its `late_landing_s` (the client's timeout) and a margin
+  (`UNSURE_MARGIN_S`: it may wait in the API's queue meanwhile): until then, a Service
+  whose load balancer is not found by name makes none (a `RetryAfter`, looking again), so
+  the lost answer never becomes a second load balancer; the first one, once it lands, is
+  found by name and adopted. The create slot stays held meanwhile.
 - **Written back** (`LoadBalancerStatus.annotations`, set on the Service by the
   controller): `load-balancer-id` and `load-balancer-address`, as OCCM. The id annotation
   naming the Service's own load balancer is no change of its plan (`_as_applied`); after a
@@ -51,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +79,7 @@ from typing import Any, Final
 
 import trio
 
-from trio_ccm.cloud.openstack.errors import NotFoundError
+from trio_ccm.cloud.openstack.errors import NotFoundError, OpenStackOutcomeUnknownError
 from trio_ccm.cloud.openstack.floatingips import FloatingIps
 from trio_ccm.cloud.openstack.lbconfig import (
     LB_ADDRESS,
@@ -71,7 +92,13 @@ from trio_ccm.cloud.openstack.lbconfig import (
     members,
     plan,
 )
-from trio_ccm.cloud.openstack.octavia import Api, Features, Octavia, backoff_s
+from trio_ccm.cloud.openstack.octavia import (
+    WRITE_PATIENCE_S,
+    Api,
+    Features,
+    Octavia,
+    backoff_s,
+)
 from trio_ccm.cloud.openstack.secgroups import SecurityGroups
 from trio_ccm.cloud.provider import (
     LoadBalancerIngress,
@@ -85,7 +112,7 @@ from trio_ccm.cloud.provider import (
 from trio_ccm.errors import CcmError, RetryAfter
 from trio_ccm.logs import get_logger
 
-__all__ = ["OWNER_TAG", "OpenStackLoadBalancers"]
+__all__ = ["OWNER_TAG", "OpenStackLoadBalancers", "replace_backoff_s"]
 
 log = get_logger("trio_ccm.cloud.openstack.loadbalancers")
 
@@ -96,8 +123,42 @@ APPLIED_TAG: Final = "trio-ccm.applied="
 ADDRESS_TAG: Final = "trio-ccm.address="
 OCCM_PREFIX: Final = "kube_service_"
 LISTING_TTL_S: Final = 60.0
+CREATE_SLOT_TTL_S: Final = 600.0
+"""A create slot held longer than this is taken back (its Service was never seen again)."""
+UNSURE_LANDING_S: Final = 60.0
+"""How long a create with an unknown outcome may land when the error does not say."""
+UNSURE_MARGIN_S: Final = 60.0
+"""Added to a lost create's `late_landing_s` (the client's timeout): a request that timed
+out at the client may still wait in the API's queue, or be half done, when it fires."""
+BOARD_TTL_S: Final = 1.0
+"""How old a listing a polling Service may read its load balancer's state from."""
+_REPLACE_BASE_S: Final = 10.0
+_REPLACE_CAP_S: Final = 300.0
+_REPLACE_RESET_S: Final = 3600.0
 _GONE: Final = frozenset({"DELETED", "PENDING_DELETE"})
 _OURS: Final = (OWNER_TAG, SERVICE_TAG, UID_TAG, APPLIED_TAG, ADDRESS_TAG)
+
+
+def replace_backoff_s(replaced: int, rng: random.Random) -> float:
+    """How long after its `replaced`-th replacement (0 for the first) a load balancer found
+    in ERROR is made again: 5-10 s, doubling up to 150-300 s (the upper half of the step,
+    jittered, so replacements of many Services never line up)."""
+    step = min(_REPLACE_CAP_S, _REPLACE_BASE_S * 2.0 ** min(replaced, 16))
+    return step / 2 + rng.random() * step / 2
+
+
+@dataclass(slots=True)
+class _Tries:
+    """Where one Service is in its tries: the PENDING polls in a row, the ERROR
+    replacements, a create whose outcome is unknown, and whether it holds a create slot."""
+
+    waits: int = 0  # PENDING rounds in a row
+    replaced: int = 0  # ERROR replacements (counted again after _REPLACE_RESET_S)
+    replaced_at: float = -math.inf
+    create_after: float = -math.inf  # no new load balancer before (trio time)
+    unsure_until: float = -math.inf  # a create with an unknown outcome may land until
+    slot_since: float | None = None  # holds a create slot since
+    polling: bool = False  # waiting out PENDING_*: read from the shared listing
 
 
 @dataclass(slots=True)
@@ -183,11 +244,16 @@ class OpenStackLoadBalancers:
         self.options = options
         self.identity = cluster_identity
         self.rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter
-        self.octavia = Octavia(api, rng=self.rng)
+        self.octavia = Octavia(api, rng=self.rng, max_writes=options.max_writes_in_flight)
+        self._creates = trio.CapacityLimiter(options.max_creates_in_flight)
         self.fips = FloatingIps(self.octavia, identity=cluster_identity)
         self.groups = SecurityGroups(api)
         self._known: dict[str, _Known] = {}  # Service uid -> what we applied
-        self._waits: dict[str, int] = {}  # Service uid -> PENDING rounds in a row
+        self._tries: dict[str, _Tries] = {}  # Service uid -> where its tries are
+        self._board: dict[str, dict[str, Any]] = {}  # lb id -> as last listed for polls
+        self._board_at = -math.inf
+        self._board_lock = trio.Lock()
+        self._board_listings = 0
         self._listing: dict[str, list[dict[str, Any]]] | None = None
         self._listed_at = 0.0
         self._listing_lock = trio.Lock()
@@ -249,10 +315,101 @@ class OpenStackLoadBalancers:
         return hashlib.sha256(repr((_as_applied(p, lb_id), address)).encode()).hexdigest()[:16]
 
     def _pending(self, service: ServiceInfo, what: str) -> RetryAfter:
-        attempt = self._waits.get(service.uid, 0)
-        self._waits[service.uid] = attempt + 1
-        delay = backoff_s(attempt, self.rng)
+        tries = self._tries.setdefault(service.uid, _Tries())
+        delay = backoff_s(tries.waits, self.rng)
+        tries.waits += 1
+        tries.polling = True
         return RetryAfter(delay, f"{what}; looking again in {delay:.1f} s")
+
+    async def _polled(self, lb_id: str) -> dict[str, Any] | None:
+        """The load balancer as the shared listing (at most `BOARD_TTL_S` old) has it, or
+        from its own GET when the listing has it not (made since, or not tagged ours)."""
+        async with self._board_lock:
+            if trio.current_time() - self._board_at >= BOARD_TTL_S:
+                lbs = await (
+                    self.octavia.find_lbs(tags=OWNER_TAG + self.identity)
+                    if self.identity
+                    else self.octavia.find_lbs()
+                )
+                self._board = {str(lb.get("id")): lb for lb in lbs}
+                self._board_at = trio.current_time()
+                self._board_listings += 1
+        lb = self._board.get(lb_id)
+        return lb if lb is not None else await self.octavia.get_lb(lb_id)
+
+    # -- creating, paced ---------------------------------------------------------------------
+    def statistics(self) -> dict[str, int]:
+        """Octavia writes and load-balancer creates in flight, and how often a write found
+        every slot taken."""
+        return {
+            "writes_in_flight": self.octavia.writes_in_flight,
+            "write_slot_waits": self.octavia.slot_waits,
+            "creates_in_flight": int(self._creates.borrowed_tokens),
+            "replacements": sum(t.replaced for t in self._tries.values()),
+            "poll_listings": self._board_listings,
+        }
+
+    def _may_create(self, p: LbPlan, service: ServiceInfo) -> None:
+        """Raise `RetryAfter` while the Service may not make a load balancer yet: one in
+        ERROR was just replaced (its backoff), or a create whose answer was lost may still
+        land (looked up by name again on the next try, never made twice)."""
+        tries = self._tries.get(service.uid)
+        if tries is None:
+            return
+        now = trio.current_time()
+        if now < tries.unsure_until:
+            delay = min(tries.unsure_until - now, backoff_s(min(tries.waits, 3), self.rng))
+            tries.waits += 1
+            raise RetryAfter(
+                delay,
+                f"load balancer {p.name}: the answer to its create was lost and Octavia may "
+                f"still make it (for {tries.unsure_until - now:.0f} s more); not making "
+                f"another, looking it up again in {delay:.1f} s",
+            )
+        if tries.unsure_until > -math.inf:
+            tries.unsure_until = -math.inf  # it did not land: made again below
+            log.warning("openstack.lb-create-lost", service=service.key, name=p.name)
+            self._release_create(service.uid)
+        if now < tries.create_after:
+            delay = tries.create_after - now
+            raise RetryAfter(
+                delay,
+                f"load balancer {p.name} was replaced after ERROR (replacement "
+                f"{tries.replaced}); the new one is made in {delay:.1f} s",
+            )
+
+    async def _create_slot(self, p: LbPlan, service: ServiceInfo) -> None:
+        """Hold one of the create slots for the Service (kept until its load balancer is
+        out of PENDING_CREATE), waiting for one within `WRITE_PATIENCE_S`."""
+        tries = self._tries.setdefault(service.uid, _Tries())
+        if tries.slot_since is not None:
+            return
+        now = trio.current_time()
+        for uid, other in self._tries.items():  # slots of Services never seen again
+            if other.slot_since is not None and now - other.slot_since > CREATE_SLOT_TTL_S:
+                self._release_create(uid)
+        try:
+            self._creates.acquire_on_behalf_of_nowait(service.uid)
+        except trio.WouldBlock:
+            held = False
+            with trio.move_on_after(WRITE_PATIENCE_S):
+                await self._creates.acquire_on_behalf_of(service.uid)
+                held = True
+            if not held:
+                delay = backoff_s(3, self.rng)
+                raise RetryAfter(
+                    delay,
+                    f"load balancer {p.name}: {self._creates.total_tokens:g} load balancers "
+                    "are being created ([LoadBalancer] trio-ccm-max-creates-in-flight); "
+                    f"trying again in {delay:.1f} s",
+                ) from None
+        tries.slot_since = trio.current_time()
+
+    def _release_create(self, uid: str) -> None:
+        tries = self._tries.get(uid)
+        if tries is not None and tries.slot_since is not None:
+            tries.slot_since = None
+            self._creates.release_on_behalf_of(uid)
 
     # -- finding ---------------------------------------------------------------------------
     async def _listed(self, name: str = "", *, lb_id: str = "") -> list[dict[str, Any]] | None:
@@ -329,7 +486,12 @@ class OpenStackLoadBalancers:
         gone = frozenset({"DELETED"}) if deleting else _GONE
         known = self._known.get(service.uid)
         if known is not None:
-            lb = await self.octavia.get_lb(known.lb_id)
+            tries = self._tries.get(service.uid)
+            lb = await (
+                self._polled(known.lb_id)
+                if tries is not None and tries.polling
+                else self.octavia.get_lb(known.lb_id)
+            )
             if lb is not None and lb.get("provisioning_status") not in gone:
                 return lb, lb.get("name") in (p.name, p.legacy_name)
             self._known.pop(service.uid, None)
@@ -405,24 +567,38 @@ class OpenStackLoadBalancers:
         wanted = self._wanted(p, service, nodes)
         lb, owned = await self._find(p, service)
         if lb is None:
-            lb = await self._create(p, service, wanted, feats)
+            self._may_create(p, service)
+            await self._create_slot(p, service)
+            started = trio.current_time()
+            try:
+                lb = await self._create(p, service, wanted, feats)
+            except OpenStackOutcomeUnknownError as exc:
+                # the slot stays held: the load balancer may be being made
+                landing = UNSURE_LANDING_S if exc.late_landing_s is None else exc.late_landing_s
+                self._tries[service.uid].unsure_until = started + landing + UNSURE_MARGIN_S
+                raise
+            except BaseException:
+                self._release_create(service.uid)
+                raise
             raise self._pending(service, f"load balancer {p.name} ({lb['id']}) is being created")
         lb_id = str(lb["id"])
         state = str(lb.get("provisioning_status") or "")
+        tries = self._tries.get(service.uid)
+        if tries is not None:
+            tries.unsure_until = -math.inf  # found: whatever was lost has landed
+            if state != "PENDING_CREATE":
+                self._release_create(service.uid)
         if state == "ERROR":
             if owned:
-                await self._delete_owned(p, lb, keep_fip=p.keep_floating_ip)
-                self._known.pop(service.uid, None)
-                raise CcmError(
-                    f"load balancer {p.name} ({lb_id}) was in ERROR: deleted it, a new one is "
-                    "made on the next try"
-                )
+                await self._replace(p, lb, service)
             raise CcmError(
                 f"shared load balancer {lb_id} is in ERROR; its owner must fix or delete it"
             )
         if state != "ACTIVE":
             raise self._pending(service, f"load balancer {p.name} ({lb_id}) is {state}")
-        self._waits.pop(service.uid, None)
+        if tries is not None:
+            tries.waits = 0
+            tries.polling = False
         tags = _tags(lb)
         if owned:
             self._check_owned(p, lb, service)
@@ -469,6 +645,37 @@ class OpenStackLoadBalancers:
         )
         log.info("openstack.lb-ensured", service=service.key, lb=lb_id, address=address)
         return lb_id, address, status
+
+    async def _replace(self, p: LbPlan, lb: Mapping[str, Any], service: ServiceInfo) -> None:
+        """Delete the Service's load balancer found in ERROR; the new one is made after the
+        Service's replacement backoff (module docstring). Raises the `RetryAfter` that says
+        so (the controller's Warning Event)."""
+        await self._delete_owned(p, lb, keep_fip=p.keep_floating_ip)
+        self._known.pop(service.uid, None)
+        tries = self._tries.setdefault(service.uid, _Tries())
+        now = trio.current_time()
+        if now - tries.replaced_at > _REPLACE_RESET_S:
+            tries.replaced = 0
+        delay = replace_backoff_s(tries.replaced, self.rng)
+        tries.replaced += 1
+        tries.replaced_at = now
+        tries.create_after = now + delay
+        tries.waits = 0
+        tries.polling = False
+        log.warning(
+            "openstack.lb-replaced",
+            service=service.key,
+            lb=lb.get("id"),
+            name=p.name,
+            replacement=tries.replaced,
+            create_in_s=round(delay, 1),
+        )
+        raise RetryAfter(
+            delay,
+            f"load balancer {p.name} ({lb.get('id')}) was in ERROR: deleted it; a new one is "
+            f"made in {delay:.1f} s (replacement {tries.replaced} of this Service, each "
+            "waiting longer)",
+        )
 
     async def _members_only(
         self,
@@ -811,7 +1018,8 @@ class OpenStackLoadBalancers:
 
     def _forget(self, service: ServiceInfo) -> None:
         self._known.pop(service.uid, None)
-        self._waits.pop(service.uid, None)
+        self._release_create(service.uid)
+        self._tries.pop(service.uid, None)
 
     async def _delete_owned(self, p: LbPlan, lb: Mapping[str, Any], *, keep_fip: bool) -> None:
         port_id = str(lb.get("vip_port_id") or "")

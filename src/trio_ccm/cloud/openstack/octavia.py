@@ -10,6 +10,17 @@ Paths are Octavia's `/v2/lbaas/...` and Neutron's `/v2.0/...`. Two things are ou
   `PENDING_*`) or a throttle (413/429) is waited out here, with capped, jittered backoff
   (honouring Retry-After), up to `WRITE_PATIENCE_S`; past that it is a `RetryAfter`, so the
   Service's actor sleeps without a traceback and no other Service waits.
+- **At most `max_writes` Octavia writes in flight** per provider (`[LoadBalancer]
+  trio-ccm-max-writes-in-flight`, default 4: lbconfig). Octavia answers a write
+  only after its API process has done the write's own work (a load balancer's VIP port is
+  made in Neutron before the answer), and the test world's API, one process, answered
+  nothing within a minute when 50 creates came at once (docs/benchmarks.md): the calls
+  timed out with unknown outcomes, the worker put load balancers in ERROR. A write waits
+  for a slot within the same `WRITE_PATIENCE_S` as a 409; past it, a `RetryAfter`. Waiting
+  for a slot is not a failure, and reads never wait for one (they are cheap, and a
+  `PENDING_*` poll must not queue behind the writes it waits for). Neutron's floating-IP
+  writes have as many slots of their own (its API answered a floating-IP create after more
+  than a minute when 50 came at once).
 """
 
 from __future__ import annotations
@@ -23,10 +34,11 @@ from typing import Any, Final, Protocol, TypeVar
 import trio
 
 from trio_ccm.cloud.openstack.errors import ConflictError, NotFoundError, OpenStackThrottledError
+from trio_ccm.cloud.openstack.lbconfig import DEFAULT_MAX_WRITES_IN_FLIGHT
 from trio_ccm.errors import RetryAfter
 from trio_ccm.logs import get_logger
 
-__all__ = ["Api", "Features", "Octavia", "backoff_s"]
+__all__ = ["WRITE_PATIENCE_S", "Api", "Features", "Octavia", "backoff_s"]
 
 log = get_logger("trio_ccm.cloud.openstack.octavia")
 
@@ -103,11 +115,22 @@ def _version(text: str) -> tuple[int, int]:
 class Octavia:
     """The calls (see the module docstring)."""
 
-    def __init__(self, api: Api, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        api: Api,
+        *,
+        rng: random.Random | None = None,
+        max_writes: int = DEFAULT_MAX_WRITES_IN_FLIGHT,
+    ) -> None:
+        if max_writes < 1:
+            raise ValueError(f"Octavia: max_writes must be 1 or more, got {max_writes}")
         self.api = api
         self.rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter
         self._features: Features | None = None
         self._features_lock = trio.Lock()
+        self._writes = trio.CapacityLimiter(max_writes)
+        self._net_writes = trio.CapacityLimiter(max_writes)
+        self.slot_waits = 0  # writes that found every slot taken (statistics)
 
     async def features(self) -> Features:
         async with self._features_lock:
@@ -126,13 +149,18 @@ class Octavia:
                 log.info("octavia.features", version=f"{best[0]}.{best[1]}")
             return self._features
 
+    @property
+    def writes_in_flight(self) -> int:
+        return int(self._writes.borrowed_tokens)
+
     async def write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run a mutating call, waiting out 409 and throttles here (module docstring)."""
+        """Run a mutating call in one of the write slots, waiting out a full house, 409 and
+        throttles here (module docstring)."""
         started = trio.current_time()
         attempt = 0
         while True:
             try:
-                return await call()
+                return await self._in_slot(what, started, call)
             except ConflictError as exc:
                 delay = backoff_s(attempt, self.rng)
                 reason = f"{what}: Octavia is busy with it (409: {exc.server_message})"
@@ -144,6 +172,41 @@ class Octavia:
             log.debug("octavia.write-waiting", what=what, delay_s=round(delay, 2))
             attempt += 1
             await trio.sleep(delay)
+
+    async def _in_slot(
+        self,
+        what: str,
+        started: float,
+        call: Callable[[], Awaitable[T]],
+        slots: trio.CapacityLimiter | None = None,
+    ) -> T:
+        """`call()` holding a write slot (Octavia's, or `slots`), waited for until
+        `WRITE_PATIENCE_S` after `started`; then a `RetryAfter` (no call was made)."""
+        limiter = self._writes if slots is None else slots
+        try:
+            limiter.acquire_nowait()
+        except trio.WouldBlock:
+            self.slot_waits += 1
+            held = False
+            with trio.move_on_at(started + WRITE_PATIENCE_S):
+                await limiter.acquire()
+                held = True
+            if not held:
+                delay = backoff_s(3, self.rng)
+                service = "Octavia" if slots is None else "Neutron"
+                raise RetryAfter(
+                    delay,
+                    f"{what}: {limiter.total_tokens:g} {service} writes are in flight "
+                    "([LoadBalancer] trio-ccm-max-writes-in-flight); trying again in "
+                    f"{delay:.1f} s",
+                ) from None
+        try:
+            return await call()
+        finally:
+            limiter.release()
+
+    async def _net_write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await self._in_slot(what, trio.current_time(), call, self._net_writes)
 
     # -- load balancers ------------------------------------------------------------------
     async def get_lb(self, lb_id: str) -> dict[str, Any] | None:
@@ -261,7 +324,10 @@ class Octavia:
         return [i for i in items if isinstance(i, dict)]
 
     async def create_floating_ip(self, body: dict[str, Any]) -> dict[str, Any]:
-        answer = await self.api.request(NET, "POST", "/v2.0/floatingips", json={"floatingip": body})
+        answer = await self._net_write(
+            "create a floating IP",
+            lambda: self.api.request(NET, "POST", "/v2.0/floatingips", json={"floatingip": body}),
+        )
         fip = answer.get("floatingip") if isinstance(answer, dict) else None
         if not isinstance(fip, dict) or not fip.get("floating_ip_address"):
             raise ValueError(
@@ -270,11 +336,19 @@ class Octavia:
         return fip
 
     async def update_floating_ip(self, fip_id: str, body: dict[str, Any]) -> None:
-        await self.api.request(NET, "PUT", f"/v2.0/floatingips/{fip_id}", json={"floatingip": body})
+        await self._net_write(
+            f"update floating IP {fip_id}",
+            lambda: self.api.request(
+                NET, "PUT", f"/v2.0/floatingips/{fip_id}", json={"floatingip": body}
+            ),
+        )
 
     async def delete_floating_ip(self, fip_id: str) -> None:
         with contextlib.suppress(NotFoundError):
-            await self.api.request(NET, "DELETE", f"/v2.0/floatingips/{fip_id}")
+            await self._net_write(
+                f"delete floating IP {fip_id}",
+                lambda: self.api.request(NET, "DELETE", f"/v2.0/floatingips/{fip_id}"),
+            )
 
     async def networks(self, **params: str) -> list[dict[str, Any]]:
         items = await self.api.list(NET, "/v2.0/networks", "networks", params=params)

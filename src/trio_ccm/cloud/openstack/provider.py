@@ -123,6 +123,15 @@ class OpenStackProvider:
         self.extensions = _aliases(answer)
         self._set_routes()
 
+    async def check(self) -> None:
+        """The start-up probe every replica makes, leading or not (supervisor
+        `probe_cloud`): a Keystone token (the credentials and the catalog; the cached one
+        when it is still valid) and Nova's version document (`GET /` on the compute
+        endpoint), both read-only. Raises what failed: `OpenStackAuthError` naming the
+        config keys, `OpenStackServerError` naming the endpoint that did not answer."""
+        await self.client.token()
+        await self.client.request("compute", "GET", "/")
+
     def _set_routes(self) -> None:
         routes = self._routes
         if routes is None:

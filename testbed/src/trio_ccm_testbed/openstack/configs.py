@@ -5,7 +5,10 @@ cheap bcrypt (`password_hash_rounds = 4`, else every token costs 0.3 s) and fern
 Nova with the fake virt driver, no VIF-plugging wait and host discovery every 2 s; Neutron
 ML2 with the world's agent-less binding driver (`agentless`), the router and extraroute
 service; Octavia with the amphora provider on noop compute/amphora/image drivers and the
-world's network driver (`neutron_vip`); one worker per service.
+world's network driver (`neutron_vip`); one worker per service. Neutron's quotas are
+unlimited for every project: Octavia makes a security group per load balancer in the
+`service` project, and Neutron's default of 10 put the 11th load balancer made at once in
+ERROR (`OverQuotaClient` in the worker's log: the 50-Service benchmark).
 
 Services talk to each other on the catalog's `internal` endpoints (the services' own
 ports), so the fault proxy, on the `public` ones, sees and faults the CCM's calls only.
@@ -22,6 +25,12 @@ __all__ = ["COMPUTE_HOST", "SERVICE_USERS", "write_configs"]
 
 COMPUTE_HOST: Final = "trio-ccm-compute"
 """The nova-compute host (the fake driver's one hypervisor)."""
+
+OCTAVIA_WORKER_THREADS: Final = 4
+"""Flows the Octavia worker runs at once (oslo.messaging's `executor_thread_pool_size`,
+default 64). Given 21 batch member updates at once, Debian's worker (Zed) stopped for good
+with `greenlet.error: cannot switch to a different thread` in its log, every load balancer
+left in PENDING_UPDATE (the 50-Service benchmark); a real deployment runs several workers."""
 
 SERVICE_USERS: Final = ("glance", "placement", "nova", "neutron", "octavia")
 """Keystone users of the services (role admin in project `service`)."""
@@ -182,6 +191,14 @@ flat_networks = public
 vni_ranges = 1:10000
 [ml2_type_vlan]
 network_vlan_ranges = public
+[quotas]
+quota_network = -1
+quota_subnet = -1
+quota_port = -1
+quota_router = -1
+quota_floatingip = -1
+quota_security_group = -1
+quota_security_group_rule = -1
 """
 
 
@@ -189,6 +206,7 @@ def _octavia(layout: Layout) -> str:
     certs = layout.data / "octavia" / "certs"
     return f"""[DEFAULT]
 transport_url = {layout.transport_url}
+executor_thread_pool_size = {OCTAVIA_WORKER_THREADS}
 [api_settings]
 bind_host = {layout.host}
 bind_port = {layout.ports.octavia}

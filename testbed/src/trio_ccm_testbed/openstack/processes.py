@@ -94,6 +94,19 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system, with those of reaped children) of the processes whose
+    process group is `pgid`."""
+    ticks = 0
+    for pid in group_members(pgid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def group_members(pgid: int) -> list[int]:
     """The PIDs whose process group is `pgid` (zombies excluded)."""
     members = []

@@ -24,6 +24,10 @@ whose token it carries (the proxy learns each token's user from the password
 authentications it forwards to Keystone: the `X-Subject-Token` of the answer). A chaos bench
 gives each replica a user of its own, so the log says which replica made each write.
 
+`Faults.writes_peak(service)` is the most writes (POST, PUT, PATCH, DELETE; not a token
+request) to `service` the proxy held at once, from arrival until answered (or until the
+caller went away and the service answered anyway): what a service saw in flight.
+
 A rule matches by service type, method and a regular expression searched in the path
 (with its query string); it applies to its next `times` matching requests. Rules and the
 log are thread-safe: the proxy runs Trio in its own thread (`ProxyThread`), so a
@@ -38,7 +42,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from http import HTTPStatus
@@ -134,6 +138,8 @@ class Faults:
         self._seen: list[tuple[str, str, str]] = []
         self._arrivals: list[Arrival] | None = None
         self._users: dict[str, str] = {}  # token -> user name
+        self._writing: dict[str, int] = {}  # service -> writes in flight now
+        self._peaks: dict[str, int] = {}  # service -> most writes in flight at once
 
     def record_arrivals(self) -> None:
         """Keep every request from now on as an `Arrival` (module docstring)."""
@@ -149,6 +155,27 @@ class Faults:
             if self._arrivals is not None:
                 user = self._users.get(token, "")
                 self._arrivals.append(Arrival(at, service, method, target, user))
+
+    @contextlib.contextmanager
+    def writing(self, service: str, method: str, target: str) -> Iterator[None]:
+        """Count the request among `service`'s writes in flight while it is handled."""
+        arrival = Arrival(0.0, service, method, target, "")
+        if not arrival.mutating:
+            yield
+            return
+        with self._lock:
+            now = self._writing[service] = self._writing.get(service, 0) + 1
+            self._peaks[service] = max(self._peaks.get(service, 0), now)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._writing[service] -= 1
+
+    def writes_peak(self, service: str) -> int:
+        """The most writes to `service` in flight at once since the last `clear()`."""
+        with self._lock:
+            return self._peaks.get(service, 0)
 
     def learn_token(self, token: str, user: str) -> None:
         with self._lock:
@@ -200,6 +227,7 @@ class Faults:
             self._rules.clear()
             self._seen.clear()
             self._arrivals = None
+            self._peaks = dict(self._writing)  # those in flight now still count
 
     def clear_rules(self) -> None:
         """Drop every rule (the logs kept)."""
@@ -285,10 +313,14 @@ def _handler(
     service: str, backend: str, faults: Faults, client: httpx.AsyncClient
 ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
-        # The kernel's receive time (a busy proxy reads late; the referee dates by arrival).
-        at = time.time() if request.received_at is None else request.received_at
         query = "&".join(f"{k}={v}" for k, values in request.query.items() for v in values)
         target = request.raw_path + (f"?{query}" if query else "")
+        with faults.writing(service, request.method, target):
+            return await handle_one(request, target)
+
+    async def handle_one(request: Request, target: str) -> Response:
+        # The kernel's receive time (a busy proxy reads late; the referee dates by arrival).
+        at = time.time() if request.received_at is None else request.received_at
         token = request.headers.get("x-auth-token") or ""
         faults.arrived(at, service, request.method, target, token)
         fault = faults.take(service, request.method, target)

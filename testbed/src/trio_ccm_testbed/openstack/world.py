@@ -34,6 +34,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -60,6 +61,7 @@ from trio_ccm_testbed.openstack.layout import Layout, Ports, cache_dir, is_loopb
 from trio_ccm_testbed.openstack.processes import (
     MARKER,
     Process,
+    group_cpu_s,
     group_rss_bytes,
     listening_addresses,
     read_pid_file,
@@ -285,6 +287,17 @@ class OpenStackWorld:
                 }
         return report
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each running process group of this world (from its
+        PID files, so an attached world's too), by name: what a bench charges to the
+        services (a difference of two readings)."""
+        used = {}
+        for pid_file in sorted(self.layout.run.glob("*.pid")):
+            pid = read_pid_file(pid_file)
+            if pid is not None:
+                used[pid_file.stem] = round(group_cpu_s(pid), 2)
+        return used
+
     def processes(self) -> dict[str, int]:
         """The PIDs (= process group IDs) of the processes this world started, by name."""
         return {name: process.pid for name, process in self._processes.items()}
@@ -335,6 +348,16 @@ class OpenStackWorld:
             )
         connection: openstack.connection.Connection = self._sdk[admin]
         return connection
+
+    def put_load_balancer_in_error(self, lb_id: str) -> None:
+        """Octavia's own record of load balancer `lb_id` set to ERROR, as its worker sets it
+        when a flow fails (the noop drivers never fail on their own): every later read, by
+        any client, says ERROR, and Octavia treats it as ERROR (a delete is accepted)."""
+        if not re.fullmatch(r"[0-9a-f-]{36}", lb_id):
+            raise ValueError(f"load balancer id {lb_id!r} is not a UUID")
+        self._sql(
+            f"UPDATE octavia.load_balancer SET provisioning_status = 'ERROR' WHERE id = '{lb_id}';"
+        )
 
     def boot_server(
         self,
