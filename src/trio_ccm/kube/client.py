@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast, overload
 from urllib.parse import urlsplit
@@ -35,10 +35,21 @@ from trio_ccm.kube.errors import (
     undecodable,
 )
 from trio_ccm.kube.metrics import ClientMetrics
-from trio_ccm.kube.objects import Object, ObjectList, Resource, WatchEvent
+from trio_ccm.kube.objects import Object, ObjectList, Resource, Status, Watched, WatchEvent
 from trio_ccm.kube.patches import JSONValue, Patch
 
 T = TypeVar("T")
+E = TypeVar("E")
+
+
+class _WatchError(Exception):
+    """An ERROR line of a watch stream, carrying its Status (turned into a KubeError by
+    `_events`, the one place watch lines become exceptions)."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
 
 DEFAULT_QPS = 20.0
 DEFAULT_BURST = 30
@@ -335,6 +346,65 @@ class KubeClient:
 
         An ERROR event is raised as its exception (GoneError for 410: relist).
         """
+        path, response = await self._open_watch(
+            resource, resource_version, namespace, timeout_s, label_selector, field_selector
+        )
+        events = self._events(response, path, self._raw_event)
+        try:
+            yield events
+        finally:
+            await events.aclose()  # async generators are closed, never left to the GC
+            await response.aclose()
+
+    @asynccontextmanager
+    async def watch_as(
+        self,
+        resource: Resource,
+        type: type[T],
+        *,
+        resource_version: str,
+        namespace: str = "",
+        timeout_s: int | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> AsyncIterator[AsyncGenerator[Watched[T], None]]:
+        """`watch`, each event's object decoded as `type` in the same parse as its line
+        (one pass over the bytes instead of two). An object that does not decode as `type`
+        raises KubeDecodeError naming the event; ERROR events are raised as in `watch`."""
+        path, response = await self._open_watch(
+            resource, resource_version, namespace, timeout_s, label_selector, field_selector
+        )
+        typed = self._decoder(Watched[type])  # type: ignore[valid-type]
+
+        def decode(line: bytes) -> Watched[T]:
+            try:
+                event: Watched[T] = typed.decode(line)
+            except msgspec.ValidationError as exc:
+                # An ERROR event's Status (raised below), or an object of the wrong shape.
+                raw = self._raw_event(line)
+                raise msgspec.ValidationError(
+                    f"a {raw.type} event's object does not decode as {type.__name__}: {exc}"
+                ) from exc
+            if event.type == "ERROR":
+                self._raw_event(line)  # raises the Status (a kind may decode from one)
+            return event
+
+        events = self._events(response, path, decode)
+        try:
+            yield events
+        finally:
+            await events.aclose()  # async generators are closed, never left to the GC
+            await response.aclose()
+
+    async def _open_watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        namespace: str,
+        timeout_s: int | None,
+        label_selector: str,
+        field_selector: str,
+    ) -> tuple[str, httpx.Response]:
         params = {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": resource_version}
         if timeout_s is not None:
             params["timeoutSeconds"] = str(int(timeout_s))
@@ -343,18 +413,18 @@ class KubeClient:
         if field_selector:
             params["fieldSelector"] = field_selector
         path = resource.path(namespace)
-        response = await self.request("GET", path, params=params, stream=True)
-        events = self._events(response, path)
-        try:
-            yield events
-        finally:
-            await events.aclose()  # async generators are closed, never left to the GC
-            await response.aclose()
+        return path, await self.request("GET", path, params=params, stream=True)
+
+    def _raw_event(self, line: bytes) -> WatchEvent:
+        """A watch line with its object left raw; an ERROR event raises its Status."""
+        event: WatchEvent = self._decoder(WatchEvent).decode(line)
+        if event.type == "ERROR":
+            raise _WatchError(STATUS_DECODER.decode(event.object))
+        return event
 
     async def _events(
-        self, response: httpx.Response, path: str
-    ) -> AsyncGenerator[WatchEvent, None]:
-        decoder = self._decoder(WatchEvent)
+        self, response: httpx.Response, path: str, decode: Callable[[bytes], E]
+    ) -> AsyncGenerator[E, None]:
         pending = b""
         # httpx's byte iterator is an async generator: closed here, never left to the GC.
         stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
@@ -377,17 +447,14 @@ class KubeClient:
                     if not line.strip():
                         continue
                     try:
-                        event: WatchEvent = decoder.decode(line)
-                        status = (
-                            STATUS_DECODER.decode(event.object) if event.type == "ERROR" else None
-                        )
+                        event = decode(line)
+                    except _WatchError as error:
+                        raise error_from_status(error.status, method="WATCH", path=path) from None
                     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                         raise KubeDecodeError(
                             f"WATCH {path}: a watch event does not decode ({exc}); "
                             f"it begins {line[:QUOTED_BYTES]!r}"
                         ) from exc
-                    if status is not None:
-                        raise error_from_status(status, method="WATCH", path=path)
                     yield event
 
     async def _write(

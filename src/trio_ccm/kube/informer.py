@@ -4,8 +4,10 @@ list (pages of 500) -> watch from the list's resourceVersion (bookmarks, a rando
 timeout of 5-10 min, an inactivity deadline) -> on stream end, re-watch from the last
 version; on 410, relist; on errors, back off and retry. A relist replaces the cache and
 reports objects that vanished meanwhile as deleted. A periodic relist (upstream's resync)
-delivers only real changes. A new version of an object shares its unchanged parts with the
-version it replaces (`share_unchanged`): a Node's heartbeat costs a few small structs.
+delivers only real changes. A new version of an object is compared with the version it
+replaces before it is built, and shares its unchanged parts (`kube/versions.py`): a Node's
+heartbeat costs a few small structs and decodes none of its labels, spec or addresses.
+Watch lines are decoded with their object in one parse (`KubeClient.watch_as`).
 
 Subscribers (`async with informer.subscription() as mailbox`) get a `Mailbox` of key ->
 latest message, `Changed(obj)` or `Gone(last)`: they see the newest state of every changed
@@ -36,17 +38,17 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import msgspec
 import trio
-from msgspec.structs import astuple
 
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.base.pacing import Paced
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.errors import GoneError, KubeDecodeError, KubeError
-from trio_ccm.kube.objects import Object, Resource, WatchEvent, share_unchanged
+from trio_ccm.kube.objects import Object, Resource, Watched
+from trio_ccm.kube.versions import versions_for
 from trio_ccm.logs import get_logger
 
 T = TypeVar("T", bound=Object)
@@ -73,24 +75,6 @@ class Gone(Generic[T]):
 
 Update = Changed[T] | Gone[T]
 """What a subscription delivers per key."""
-
-
-def same_but_version(old: Object, new: Object) -> bool:
-    """Whether `new` equals `old` in every decoded field but `metadata.resourceVersion`
-    (for any `Object` Struct: what a subscriber can read of it did not change)."""
-    kind = type(new)
-    if type(old) is not kind or type(old.metadata) is not type(new.metadata):
-        return False
-    at = kind.__struct_fields__.index("metadata")
-    whole_old, whole_new = astuple(old), astuple(new)
-    if whole_old[:at] != whole_new[:at] or whole_old[at + 1 :] != whole_new[at + 1 :]:
-        return False
-    version = type(new.metadata).__struct_fields__.index("resource_version")
-    meta_old, meta_new = astuple(old.metadata), astuple(new.metadata)
-    return (
-        meta_old[:version] == meta_new[:version]
-        and meta_old[version + 1 :] == meta_new[version + 1 :]
-    )
 
 
 class Informer(Generic[T]):
@@ -123,6 +107,9 @@ class Informer(Generic[T]):
         self.backoff_s = backoff_s
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
         self._cache: dict[str, T] = {}
+        # How new versions are read, and what it keeps per cached key (`kube/versions.py`).
+        self._versions = versions_for(kind)
+        self._memos: dict[str, Any] = {}
         self._subscribers: list[Mailbox[str, Update[T]]] = []
         self._synced = trio.Event()
         self.resource_version = ""
@@ -215,12 +202,14 @@ class Informer(Generic[T]):
     async def _relist(self) -> None:
         """A full paginated list that replaces the cache and notifies real changes."""
         fresh: dict[str, T] = {}
+        memos: dict[str, Any] = {}
+        changed: list[str] = []  # keys whose new version differs in more than its version
         continue_token = ""
         while True:
             try:
                 page = await self.client.list(
                     self.resource,
-                    type=self.kind,
+                    type=self._versions.wire,
                     namespace=self.namespace,
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
@@ -231,16 +220,27 @@ class Informer(Generic[T]):
                 if not continue_token:
                     raise
                 # The continue token expired between pages: start the list again.
-                fresh, continue_token = {}, ""
+                fresh, memos, changed, continue_token = {}, {}, [], ""
                 continue
-            for obj in page.items:
-                fresh[obj.key] = obj
+            for wire in page.items:
+                # Built against the cached version (unchanged parts shared); only this task
+                # writes the cache, so it is the one the swap below replaces.
+                key = _key(wire.metadata)
+                before = self._cache.get(key)
+                obj, memo, differs = self._build("LIST", wire, key)
+                fresh[key] = obj
+                if memo is not None:
+                    memos[key] = memo
+                if differs:
+                    changed.append(key)
+                elif before is not None and _version(before) != _version(obj):
+                    self.unchanged += 1  # a new version, nothing a subscriber reads changed
             continue_token = page.metadata.continue_
             if not continue_token:
                 break
         self.relists += 1
         old = self._cache
-        self._cache = fresh
+        self._cache, self._memos = fresh, memos
         self.resource_version = page.metadata.resource_version
         self.last_activity = trio.current_time()
         # Both loops yield now and then (module docstring); only this task writes the
@@ -251,18 +251,22 @@ class Informer(Generic[T]):
                 self._notify(key, Gone(last))
             await paced.step()
         paced = Paced(CHECKPOINT_EVERY)
-        for key, obj in fresh.items():
-            before = old.get(key)
-            if before is not None:
-                share_unchanged(before, obj)  # one copy of what did not change
-            if before is None:
-                self._notify(key, Changed(obj))
-            elif before.metadata.resource_version != obj.metadata.resource_version:
-                self._changed(key, before, obj)
+        for key in changed:
+            self._notify(key, Changed(fresh[key]))
             await paced.step()
         if not self._synced.is_set():
             self._synced.set()
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
+
+    def _build(self, verb: str, wire: Any, key: str) -> tuple[T, Any, bool]:
+        """The new version of `key` read from `wire`, against the cached one."""
+        try:
+            return self._versions.build(wire, self._cache.get(key), self._memos.get(key))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise KubeDecodeError(
+                f"{verb} {self.resource.plural}: {key} does not decode as "
+                f"{self.kind.__name__} ({exc})"
+            ) from exc
 
     async def _watch_until_relist(self) -> None:
         """Watch from the current version; return when a relist is due (410 or resync).
@@ -294,8 +298,9 @@ class Informer(Generic[T]):
     async def _watch_once(self, timeout_s: float) -> None:
         """One watch request, until the server ends it or it goes quiet for too long."""
         self.watches += 1
-        async with self.client.watch(
+        async with self.client.watch_as(
             self.resource,
+            self._versions.wire,
             resource_version=self.resource_version,
             namespace=self.namespace,
             timeout_s=math.ceil(timeout_s),
@@ -316,39 +321,35 @@ class Informer(Generic[T]):
                     "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
                 )
 
-    def _apply(self, event: WatchEvent) -> None:
-        try:
-            if event.type == "BOOKMARK":
-                marker = self.client.decode(event.object, Object)
-                self.resource_version = marker.metadata.resource_version
-                return
-            obj = self.client.decode(event.object, self.kind)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # The watch is abandoned and re-established from the last good version.
-            raise KubeDecodeError(
-                f"WATCH {self.resource.plural}: a {event.type} event's object does not decode "
-                f"as {self.kind.__name__} ({exc}); it begins {bytes(event.object)[:80]!r}"
-            ) from exc
-        self.resource_version = obj.metadata.resource_version
-        key = obj.key
+    def _apply(self, event: Watched[Any]) -> None:
+        wire = event.object  # decoded with its line (`KubeClient.watch_as`)
+        if event.type == "BOOKMARK":
+            self.resource_version = wire.metadata.resource_version
+            return
+        key = _key(wire.metadata)
         if event.type == "DELETED":
+            self.resource_version = wire.metadata.resource_version
+            self._memos.pop(key, None)
             last = self._cache.pop(key, None)
             if last is not None:
                 self._notify(key, Gone(last))
-        else:
-            before = self._cache.get(key)
-            if before is not None:
-                share_unchanged(before, obj)  # a heartbeat costs a few small structs
-            self._cache[key] = obj
-            if before is None:
-                self._notify(key, Changed(obj))
-            else:
-                self._changed(key, before, obj)
-
-    def _changed(self, key: str, before: T, obj: T) -> None:
-        """`obj` replaced `before` in the cache: tell the subscribers, unless only the
-        resourceVersion moved (module docstring)."""
-        if same_but_version(before, obj):
-            self.unchanged += 1
-        else:
+            return
+        before = self._cache.get(key)
+        obj, memo, changed = self._build("WATCH", wire, key)
+        self.resource_version = obj.metadata.resource_version
+        self._cache[key] = obj
+        if memo is not None:
+            self._memos[key] = memo
+        if changed:
             self._notify(key, Changed(obj))
+        elif before is not None:
+            self.unchanged += 1
+
+
+def _key(meta: Any) -> str:
+    """upstream's MetaNamespaceKeyFunc, of any decoded metadata (as `Object.key`)."""
+    return f"{meta.namespace}/{meta.name}" if meta.namespace else str(meta.name)
+
+
+def _version(obj: Object) -> str:
+    return obj.metadata.resource_version

@@ -130,7 +130,7 @@ class NodeLabels(msgspec.Struct, frozen=True, gc=False):
             index = {key: i for i, key in enumerate(keys)}
             if len(_SHARED_KEY_SETS) < _SHARED_KEY_SETS_MAX:  # a bound, if keys vary per Node
                 _SHARED_KEY_SETS[keys] = index
-        return cls(index, tuple(own if v == own else _intern(v) for v in labels.values()))
+        return cls(index, tuple([own if v == own else _intern(v) for v in labels.values()]))
 
     def __getitem__(self, key: str) -> str:
         return self.texts[self.positions[key]]
@@ -185,6 +185,8 @@ class NodeMeta(ObjectMeta, frozen=True, gc=False):
     only the annotations we read."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.labels, NodeLabels) and isinstance(self.annotations, NodeLabels):
+            return  # built from parts already compacted (`kube/versions.py`)
         # The name usually repeats as the hostname label (and a Hostname address: `Node`).
         labels = NodeLabels.of(self.labels, own=self.name) if self.labels else _NO_LABELS
         force_setattr(self, "labels", labels)
@@ -366,6 +368,13 @@ class WatchEvent(msgspec.Struct, frozen=True, gc=False):
 
     type: str
     object: msgspec.Raw
+
+
+class Watched(msgspec.Struct, Generic[T], frozen=True, gc=False):
+    """One line of a watch stream with its object decoded as `T` (`KubeClient.watch_as`)."""
+
+    type: str
+    object: T
 
 
 class StatusDetails(_Base, frozen=True, gc=False):

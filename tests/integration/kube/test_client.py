@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -19,6 +20,7 @@ from trio_ccm.kube.errors import (
     GoneError,
     InvalidError,
     KubeConnectionError,
+    KubeDecodeError,
     NotFoundError,
     ServerError,
     TooManyRequestsError,
@@ -229,6 +231,38 @@ async def test_watch_streams_events_and_raises_gone(
         with pytest.raises(GoneError):
             await consume()
     assert seen == [("MODIFIED", "n1"), ("DELETED", "n1")]
+
+
+async def test_a_typed_watch_decodes_each_object_with_its_line(
+    server: ApiServer, kube: KubeClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    """`watch_as` yields events whose objects are already decoded as the type asked; an
+    expired version still raises GoneError, and an object of the wrong shape raises
+    KubeDecodeError naming the type."""
+    await kube.create(NODES, _node("n1"))
+    rv = (await kube.list(NODES, type=Node)).metadata.resource_version
+    seen: list[tuple[str, str]] = []
+    with trio.fail_after(60):
+        async with kube.watch_as(NODES, Node, resource_version=rv, timeout_s=30) as events:
+            await kube.patch(NODES, "n1", patches.set_labels({"a": "b"}))
+            async for event in events:
+                seen.append((event.type, event.object.metadata.labels["a"]))
+                break
+        assert seen == [("MODIFIED", "b")]
+
+        async def consume(kind: type[Any], version: str) -> None:
+            async with kube.watch_as(NODES, kind, resource_version=version, timeout_s=30) as got:
+                async for _ in got:
+                    pass
+
+        class Wrong(msgspec.Struct):
+            metadata: int
+
+        with pytest.raises(KubeDecodeError, match="does not decode as Wrong"):
+            await consume(Wrong, rv)
+        server.store.compact()
+        with pytest.raises(GoneError):
+            await consume(Node, rv)
 
 
 async def test_guarded_finalizer_patch_fails_on_concurrent_change(kube: KubeClient) -> None:

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from trio_ccm.cloud.batching import BatcherStatistics, MetadataBatcher
-from trio_ccm.cloud.budget import CloudBudget
+from trio_ccm.cloud.budget import CloudBudget, Rate
 from trio_ccm.cloud.provider import (
     BulkInstances,
     InstanceMetadata,
@@ -358,6 +358,30 @@ async def test_batches_through_the_budget_take_one_token_each(
         await lookups.run([(f"node-{i}", 0.0) for i in range(50)])
     assert len(lookups.answers) == 50
     assert budget.statistics()["instances"].tokens == 29.0
+
+
+async def test_a_batch_keeps_filling_while_its_call_waits_for_a_token(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With one instances token a second, lookups arriving while a batch's call waits for
+    its token join that batch: a lookup every 0.1 s for 3 s makes four calls (at t=0.02,
+    1.02, 2.02, 3.02), not one per 20 ms window."""
+    budget = CloudBudget({"instances": Rate(1.0, 1)})
+    fake = BulkProvider()
+    provider = budget.wrap(fake)
+    assert provider.instances is not None
+    bulk = bulk_instances(provider.instances)
+    assert isinstance(bulk, BulkInstances)
+    lookups = Lookups(MetadataBatcher(bulk, max_batch=25))
+    plan = [(f"node-{i}", round(i * 0.1, 1)) for i in range(31)]
+    with trio.fail_after(LIMIT_S):
+        await lookups.run(plan)
+    assert isinstance(fake.instances, BulkOnlyInstances)
+    recorded = fake.instances.calls
+    assert [t for t, _ in recorded] == pytest.approx([0.02, 1.02, 2.02, 3.02])
+    assert [len(names) for _, names in recorded] == [1, 10, 10, 10]
+    assert len(lookups.answers) == 31
+    assert lookups.batcher.statistics().batches == 4
 
 
 @pytest.mark.parametrize(
