@@ -25,6 +25,7 @@ import argparse
 import gc
 import math
 import resource
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from trio_ccm_testbed.loopback import is_loopback
 from trio_ccm_testbed.testbed import Testbed
 
 __all__ = [
+    "Http1Pool",
     "LagWatch",
     "emulator_main",
     "kubelets_client",
@@ -122,7 +124,75 @@ class LagWatch:
             )
 
 
-def kubelets_client(server: str, *, max_in_flight: int = 64) -> KubeClient:
+class Http1Pool(httpx.AsyncBaseTransport):
+    """A lean HTTP/1.1 transport for many small requests to one loopback server: at most
+    `size` kept-alive connections, each request written in one send, each answer read by
+    its Content-Length. httpx's own pool polls every idle connection on each request and
+    release, which cost the kubelets' process more than the emulator's whole answer. Not
+    for streamed answers (watches): those are refused."""
+
+    def __init__(self, host: str, port: int, *, size: int) -> None:
+        self._host, self._port = host, port
+        self._slots = trio.Semaphore(size)
+        self._idle: list[tuple[trio.SocketStream, bytearray]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        head = [f"{request.method} {request.url.raw_path.decode()} HTTP/1.1".encode()]
+        head += [k + b": " + v for k, v in request.headers.raw if k.lower() != b"content-length"]
+        head.append(b"content-length: %d" % len(body))
+        wire = b"\r\n".join(head) + b"\r\n\r\n" + body
+        async with self._slots:
+            stream, buffer = (
+                self._idle.pop()
+                if self._idle
+                else (await trio.open_tcp_stream(self._host, self._port), bytearray())
+            )
+            try:
+                await stream.send_all(wire)
+                status, headers, content, keep = await _read_answer(stream, buffer)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            if keep:
+                self._idle.append((stream, buffer))
+            else:
+                await trio.aclose_forcefully(stream)
+        return httpx.Response(status, headers=headers, content=content, request=request)
+
+    async def aclose(self) -> None:
+        while self._idle:
+            await trio.aclose_forcefully(self._idle.pop()[0])
+
+
+async def _read_answer(
+    stream: trio.SocketStream, buffer: bytearray
+) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    """One response: status, headers, body, and whether the connection may be kept."""
+    while (end := buffer.find(b"\r\n\r\n")) < 0:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        buffer += chunk
+    lines = bytes(buffer[:end]).split(b"\r\n")
+    del buffer[: end + 4]
+    status = int(lines[0].split(b" ", 2)[1])
+    headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])]
+    fields = {k.lower(): v for k, v in headers}
+    if b"content-length" not in fields:
+        raise httpx.RemoteProtocolError("an answer without Content-Length (a stream?)")
+    length = int(fields[b"content-length"])
+    while len(buffer) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        buffer += chunk
+    content = bytes(buffer[:length])
+    del buffer[:length]
+    return status, headers, content, fields.get(b"connection", b"").lower() != b"close"
+
+
+def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
     """The kubelets' client of an emulator at `server` (plain HTTP on loopback; refused
     otherwise), with as many connections as writes in flight."""
     host = urlsplit(server).hostname or ""
@@ -131,7 +201,7 @@ def kubelets_client(server: str, *, max_in_flight: int = 64) -> KubeClient:
             f"--server {server}: the kubelets write to an emulator on loopback over plain "
             "HTTP only (e.g. http://127.0.0.1:PORT, as `split emulator` prints it)"
         )
-    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
+    port = urlsplit(server).port or 80
     return KubeClient(
         ConnectionConfig(
             server=server,
@@ -140,7 +210,7 @@ def kubelets_client(server: str, *, max_in_flight: int = 64) -> KubeClient:
         ),
         qps=0,  # kubelets each have their own budget; the fleet's is not limited
         component="testbed-kubelets",
-        transport=httpx.AsyncHTTPTransport(limits=limits),
+        transport=Http1Pool(host, port, size=max_in_flight),
     )
 
 
@@ -168,6 +238,14 @@ async def watch_progress(
         if count >= total:
             return
         await trio.sleep(period_s)
+
+
+async def _stop_at_a_signal(nursery: trio.Nursery) -> None:
+    """Cancel `nursery` at the first SIGINT or SIGTERM (a clean stop: the lag summary)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            nursery.cancel_scope.cancel()
+            return
 
 
 def _print(text: str) -> None:
@@ -205,7 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     kubelets.add_argument("--lb-network", default=None, metavar="CIDR")
     kubelets.add_argument("--cloud-config-out", required=True, metavar="PATH")
     kubelets.add_argument("--host", default="127.0.0.1")
-    kubelets.add_argument("--max-in-flight", type=int, default=64)
+    kubelets.add_argument("--max-in-flight", type=int, default=8)
     kubelets.add_argument("--progress-every", type=int, default=10_000)
     return parser
 
@@ -222,6 +300,7 @@ def emulator_main(args: argparse.Namespace) -> int:
     async def run() -> None:
         api = ApiServer(seed=args.seed)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_at_a_signal, nursery)
             await nursery.start(watch.run)
             listening = await nursery.start(
                 partial(serve_apiserver, api, host=args.host, port=args.port)
@@ -233,8 +312,6 @@ def emulator_main(args: argparse.Namespace) -> int:
     stalls.track_gc()
     try:
         trio.run(run, instruments=[stalls])
-    except KeyboardInterrupt:
-        pass
     finally:
         stalls.untrack_gc()
     return 0
@@ -264,20 +341,25 @@ def kubelets_main(args: argparse.Namespace) -> int:
         )
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
-            listening = await nursery.start(partial(serve_sim_cloud, cloud, host=args.host))
-            write_cloud_config(args.cloud_config_out, url=listening.url)
-            _print(f"sim cloud listening on {listening.url}")
-            testbed.add_nodes(args.nodes, initialised=args.initialised)
-            nursery.start_soon(
-                partial(
-                    watch_progress,
+            nursery.start_soon(_stop_at_a_signal, nursery)
+            progress = trio.Event()
+
+            async def say_progress() -> None:
+                await watch_progress(
                     lambda: testbed.statistics().registered,
                     args.nodes,
                     every=args.progress_every,
                     say=_print,
                 )
-            )
+                progress.set()
+
+            listening = await nursery.start(partial(serve_sim_cloud, cloud, host=args.host))
+            write_cloud_config(args.cloud_config_out, url=listening.url)
+            _print(f"sim cloud listening on {listening.url}")
+            testbed.add_nodes(args.nodes, initialised=args.initialised)
+            nursery.start_soon(say_progress)
             await nursery.start(testbed.serve)
+            await progress.wait()  # its last line, the total, before the one below
             _print(
                 f"{args.nodes} nodes registered after {time.monotonic() - started:.1f} s "
                 f"(heartbeat every {args.heartbeat:g}s); Ctrl-C to stop"
@@ -287,8 +369,6 @@ def kubelets_main(args: argparse.Namespace) -> int:
     stalls.track_gc()
     try:
         trio.run(run, instruments=[stalls])
-    except KeyboardInterrupt:
-        pass
     finally:
         stalls.untrack_gc()
     return 0
