@@ -83,6 +83,7 @@ BATCH: Final = 1000  # --cloud-batch-size: an address sync asks 1,000 Nodes per 
 DEFAULT_NODES: Final = (1000, 5000, 20_000, 100_000)
 LB_RATE: Final = (5.0, 10)  # the cloud budget's default for load balancers (cloud/budget.py)
 JOIN_WRITES_PER_NODE: Final = 2
+PROGRESS_EVERY: Final = 10_000  # a progress line each time this many more Nodes registered
 TAINTLESS_LABEL: Final = "node.kubernetes.io/instance-type"
 LB_LABEL: Final = "bench.trio-ccm.dev/load-balancer"  # lets the bench list only those
 GOALS: Final = {  # issue 18, at 100,000 Nodes (and at 5,000 for RSS and CPU)
@@ -146,7 +147,11 @@ class Run:
     lease_losses: int = 0
     ccm_stalls: int = 0
     ccm_max_stall_s: float = 0.0
-    testbed_max_stall_s: float = 0.0
+    testbed_max_stall_s: float = 0.0  # the emulator's longest loop lag (its lag watch)
+    testbed_lags: int = 0  # the emulator's lags of 1 s or more
+    emulator_rss_mb: float = 0.0
+    kubelets_rss_mb: float = 0.0
+    kubelets_max_stall_s: float = 0.0  # the kubelets' process: its longest step
 
 
 def stalls_and_losses(log: Path) -> tuple[list[float], int]:
@@ -162,6 +167,27 @@ def stalls_and_losses(log: Path) -> tuple[list[float], int]:
                 else:
                     losses += 1
     return stalls, losses
+
+
+def emulator_lags(log: Path) -> tuple[int, list[float], float]:
+    """From the emulator's JSON log: its lags of 1 s or more (`testbed.lag`), its steps of
+    1 s or more (`trio.stall`), and the longest lag its watch saw (`testbed.lag-summary`,
+    logged when it stops; else the longest `testbed.lag`)."""
+    lags: list[float] = []
+    steps: list[float] = []
+    longest = 0.0
+    with log.open() as lines:
+        for line in lines:
+            if '"testbed.lag' not in line and '"trio.stall"' not in line:
+                continue
+            record = json.loads(line)
+            if record["event"] == "testbed.lag":
+                lags.append(float(record["seconds"]))
+            elif record["event"] == "testbed.lag-summary":
+                longest = float(record["max_seconds"])
+            elif record["event"] == "trio.stall":
+                steps.append(float(record["seconds"]))
+    return len(lags), steps, max(longest, *lags, 0.0)
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -184,19 +210,19 @@ def process(args: list[str], log: Path, *, env: dict[str, str] | None = None) ->
                     child.wait()
 
 
-def testbed_urls(child: Any, timeout_s: float) -> tuple[str, str]:
-    """Read the testbed's stdout until its Nodes are registered; its two URLs."""
-    urls: dict[str, str] = {}
+def read_until(child: Any, pattern: str, timeout_s: float, on_line: Any = None) -> re.Match[str]:
+    """Read a child's stdout until a line matches `pattern`; that match. `on_line` sees
+    every line before it (progress)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = child.stdout.readline()
         if not line:
-            raise RuntimeError(f"the testbed exited ({child.poll()}) before it was up")
-        if match := re.match(r"(apiserver|sim cloud) listening on (\S+)", line):
-            urls[match.group(1)] = match.group(2)
-        if "nodes registered" in line:
-            return urls["apiserver"], urls["sim cloud"]
-    raise RuntimeError(f"the testbed was not up within {timeout_s:.0f} s")
+            raise RuntimeError(f"{child.args[:4]} exited ({child.poll()}) before {pattern!r}")
+        if match := re.search(pattern, line):
+            return match
+        if on_line is not None:
+            on_line(line.rstrip())
+    raise RuntimeError(f"no {pattern!r} from {child.args[:4]} within {timeout_s:.0f} s")
 
 
 CLUSTER_CIDR: Final = "10.0.0.0/10"  # beside the load-balancer pool, not in it
@@ -326,22 +352,6 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-async def building_progress(log: Path, n: int) -> None:
-    """Every 15 s while the testbed builds its world: how many Nodes it has registered."""
-    started = time.monotonic()
-    while True:
-        await trio.sleep(15.0)
-        registered = "none yet"
-        with contextlib.suppress(OSError):
-            text = await trio.Path(log).read_text()
-            for line in reversed(text.splitlines()[-200:]):
-                if '"testbed.registering"' in line:
-                    registered = f"{json.loads(line)['registered']:,}"
-                    break
-        took = time.monotonic() - started
-        say(f"  building: {registered} of {n:,} Nodes registered after {took:.0f} s")
-
-
 INITIALISED_METRIC: Final = "node_controller_cloud_provider_taint_removal_delay_seconds_count"
 IPAM_METRIC: Final = "node_ipam_controller_cidrset_cidrs_allocations_total"
 
@@ -394,42 +404,68 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
         window_s=sizes.window_s,
     )
     started = time.monotonic()
-    testbed_args = [
-        TRIO_CCM,
-        "testbed",
-        f"--nodes={n}",
-        *([] if sizes.wave else ["--initialised"]),
-        f"--lb-network={LB_NETWORK}",
-        "--no-node-leases",
-        f"--heartbeat={HEARTBEAT}",
+    mode = "wave" if sizes.wave else "initialised"
+    say(f"{n:,} Nodes ({mode}): starting the emulator, then the kubelets' process")
+    emulator_args = [
+        sys.executable,
+        "-m",
+        "trio_ccm_testbed.split",
+        "emulator",
         "--seed=1",
         f"--kubeconfig-out={tmp / 'kubeconfig'}",
-        f"--cloud-config-out={tmp / 'cloud.yaml'}",
     ]
-    mode = "wave" if sizes.wave else "initialised"
-    say(f"{n:,} Nodes ({mode}): starting the testbed")
-    with process(testbed_args, tmp / "testbed.log") as testbed:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(building_progress, tmp / "testbed.log", n)
-            api_url, cloud_url = await trio.to_thread.run_sync(testbed_urls, testbed, 3600.0)
-            nursery.cancel_scope.cancel()
-        run.testbed_start_s = time.monotonic() - started
-        say(f"{n:,} Nodes registered after {run.testbed_start_s:.0f} s; creating Services")
-        limits = httpx.Limits(max_connections=8)
-        async with (
-            httpx.AsyncClient(base_url=api_url, limits=limits, timeout=120) as api,
-            httpx.AsyncClient(base_url=cloud_url, timeout=120) as cloud,
-        ):
-            await create_services(api, sizes.services, sizes.lb_services)
-            say(f"{sizes.services:,} Services created; starting the CCM")
-            if sizes.wave:
-                await measured_wave(run, sizes, tmp, api, cloud, tracemalloc_dir)
-            else:
-                await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
-        run.testbed_rss_mb = rss_bytes(testbed.pid) / 2**20
+    with process(emulator_args, tmp / "emulator.log") as emulator:
+        api_url = read_until(emulator, r"apiserver listening on (\S+)", 60).group(1)
+        kubelets_args = [
+            sys.executable,
+            "-m",
+            "trio_ccm_testbed.split",
+            "kubelets",
+            f"--server={api_url}",
+            f"--nodes={n}",
+            *([] if sizes.wave else ["--initialised"]),
+            f"--lb-network={LB_NETWORK}",
+            "--no-node-leases",
+            f"--heartbeat={HEARTBEAT}",
+            "--seed=1",
+            f"--cloud-config-out={tmp / 'cloud.yaml'}",
+            f"--progress-every={PROGRESS_EVERY}",
+        ]
+        with process(kubelets_args, tmp / "kubelets.log") as kubelets:
+
+            def progress(line: str) -> None:
+                if line.startswith("registered "):
+                    say(
+                        f"  building: {line}; RSS emulator "
+                        f"{rss_bytes(emulator.pid) / 2**20:,.0f} MB, kubelets "
+                        f"{rss_bytes(kubelets.pid) / 2**20:,.0f} MB"
+                    )
+
+            cloud_url = read_until(kubelets, r"sim cloud listening on (\S+)", 60).group(1)
+            await trio.to_thread.run_sync(
+                read_until, kubelets, r"nodes registered", 3600.0, progress
+            )
+            run.testbed_start_s = time.monotonic() - started
+            say(f"{n:,} Nodes registered after {run.testbed_start_s:.0f} s; creating Services")
+            limits = httpx.Limits(max_connections=8)
+            async with (
+                httpx.AsyncClient(base_url=api_url, limits=limits, timeout=120) as api,
+                httpx.AsyncClient(base_url=cloud_url, timeout=120) as cloud,
+            ):
+                await create_services(api, sizes.services, sizes.lb_services)
+                say(f"{sizes.services:,} Services created; starting the CCM")
+                if sizes.wave:
+                    await measured_wave(run, sizes, tmp, api, cloud, tracemalloc_dir)
+                else:
+                    await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
+            run.emulator_rss_mb = rss_bytes(emulator.pid) / 2**20
+            run.kubelets_rss_mb = rss_bytes(kubelets.pid) / 2**20
+            run.testbed_rss_mb = run.emulator_rss_mb + run.kubelets_rss_mb
     stalls, run.lease_losses = stalls_and_losses(tmp / "ccm.log")
     run.ccm_stalls, run.ccm_max_stall_s = len(stalls), max(stalls, default=0.0)
-    run.testbed_max_stall_s = max(stalls_and_losses(tmp / "testbed.log")[0], default=0.0)
+    lags, steps, longest = emulator_lags(tmp / "emulator.log")
+    run.testbed_lags, run.testbed_max_stall_s = lags, max(longest, *steps, 0.0)
+    run.kubelets_max_stall_s = max(stalls_and_losses(tmp / "kubelets.log")[0], default=0.0)
     return run
 
 
@@ -691,10 +727,14 @@ def print_table(runs: list[Run]) -> None:
         ("  bound by the LB budget (s)", "nodeset_lb_budget_bound_s", "{:.1f}"),
         ("  SetLoadBalancerBackends", "nodeset_backend_calls", "{:,}"),
         ("testbed RSS (MB)", "testbed_rss_mb", "{:.0f}"),
+        ("  emulator (MB)", "emulator_rss_mb", "{:.0f}"),
+        ("  kubelets and cloud (MB)", "kubelets_rss_mb", "{:.0f}"),
         ("Lease lost (times)", "lease_losses", "{:,}"),
         ("CCM steps >= 1 s", "ccm_stalls", "{:,}"),
         ("  longest (s)", "ccm_max_stall_s", "{:.2f}"),
-        ("testbed's longest step (s)", "testbed_max_stall_s", "{:.2f}"),
+        ("emulator's longest lag (s)", "testbed_max_stall_s", "{:.2f}"),
+        ("  its lags >= 1 s", "testbed_lags", "{:,}"),
+        ("kubelets' longest step (s)", "kubelets_max_stall_s", "{:.2f}"),
     ]
     print(f"{'':32}" + "".join(f"{r.nodes:>12,}" for r in runs))
     print(f"{'':32}" + "".join(f"{r.mode:>12}" for r in runs))
@@ -731,6 +771,9 @@ def initialised_figures(runs: list[Run]) -> dict[str, Any]:
         "ccm_stalls": largest.ccm_stalls,
         "ccm_max_stall_s": round(largest.ccm_max_stall_s, 2),
         "testbed_max_stall_s": round(largest.testbed_max_stall_s, 2),
+        "testbed_lags": largest.testbed_lags,
+        "testbed_start_s": round(largest.testbed_start_s, 1),
+        "testbed_rss_mb": round(largest.testbed_rss_mb),
         **growth(runs),
     }
 
@@ -750,6 +793,7 @@ def wave_figures(runs: list[Run]) -> dict[str, Any]:
         "wave_lease_losses": largest.lease_losses,
         "wave_ccm_stalls": largest.ccm_stalls,
         "wave_testbed_max_stall_s": round(largest.testbed_max_stall_s, 2),
+        "wave_testbed_lags": largest.testbed_lags,
     }
 
 

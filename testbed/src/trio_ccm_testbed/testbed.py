@@ -11,7 +11,9 @@ that marks silent Nodes `Unknown`:
   `DiskPressure`, `PIDPressure` `=False`, with `lastHeartbeatTime` and `lastTransitionTime`;
 - while it runs, its kubelet patches the conditions' `lastHeartbeatTime` every
   `heartbeat_s`, the first beat at a random (seeded) offset in `(0, heartbeat_s]` after
-  registration, so a large fleet spreads its writes over the period;
+  registration (for the Nodes of the instances running at start: after all of them are
+  registered, so that the beats do not slow the world's build), so a large fleet spreads its
+  writes over the period;
 - **stopped** or **terminated** (or gone from the cloud): the heartbeats stop and the Node's
   conditions turn `Unknown` (reason `NodeStatusUnknown`, message `Kubelet stopped posting
   node status.`), as the node lifecycle controller of kube-controller-manager writes them
@@ -328,7 +330,7 @@ class Testbed:
 
     def __init__(
         self,
-        api: ApiServer,
+        api: ApiServer | KubeClient,
         cloud: Fleet,
         *,
         heartbeat_s: float = 60.0,
@@ -338,12 +340,13 @@ class Testbed:
         now: Callable[[], dt.datetime] = _utc_now,
         node_lease_s: float | None = NODE_LEASE_S,
         pods: int | None = None,
+        max_in_flight: int = 64,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
         if not (math.isfinite(poll_s) and poll_s > 0):
             raise ValueError(f"poll_s={poll_s!r}: must be a positive number of seconds")
-        self.api = api
+        self.api = api if isinstance(api, ApiServer) else None
         self.cloud = cloud
         if node_lease_s is not None and not (math.isfinite(node_lease_s) and node_lease_s >= 1):
             raise ValueError(f"node_lease_s={node_lease_s!r}: must be at least 1 second, or None")
@@ -352,16 +355,24 @@ class Testbed:
         self.node_lease_s = node_lease_s
         self._now = now
         self._rng = random.Random(f"{seed}/testbed")  # noqa: S311 - spread, not secrets
-        self._kube = KubeClient(
-            ConnectionConfig(
-                server="http://emulator",
-                credentials=StaticCredentials(token=token),
-                source="trio-ccm testbed (in-process)",
-            ),
-            qps=0,  # kubelets each have their own budget; the fleet's is not limited
-            component="testbed-kubelets",
-            transport=api.transport(),
+        self._kube = (
+            api
+            if isinstance(api, KubeClient)
+            else KubeClient(
+                ConnectionConfig(
+                    server="http://emulator",
+                    credentials=StaticCredentials(token=token),
+                    source="trio-ccm testbed (in-process)",
+                ),
+                qps=0,  # kubelets each have their own budget; the fleet's is not limited
+                component="testbed-kubelets",
+                transport=api.transport(),
+            )
         )
+        # Writes in flight at once: a fleet of 100,000 kubelets registering together over
+        # HTTP would queue 100,000 requests in the client's connection pool (whose queue
+        # is walked on every release); a real API server's clients are as many processes.
+        self._writes = trio.CapacityLimiter(max_in_flight)
         self.kube_proxy: KubeProxy | None = None
         """kube-proxy and the pods on every Node (`pods`: the default replica count per
         Service; needs the simulated cloud with a loopback internal network)."""
@@ -372,6 +383,7 @@ class Testbed:
         self._kubelets: dict[str, _Kubelet] = {}
         self._initialised: set[str] = set()  # instances whose Node registers initialised
         self._wake = trio.Event()
+        self._built = trio.Event()  # the Nodes of the instances running at start registered
         self._registrations = 0
         self._heartbeats = 0
         self._heartbeat_failures = 0
@@ -508,6 +520,7 @@ class Testbed:
                 log.info(
                     "testbed.started", nodes=sum(k.registered for k in self._kubelets.values())
                 )
+                self._built.set()
                 task_status.started()
                 while True:
                     with trio.move_on_after(self.poll_s):
@@ -602,14 +615,15 @@ class Testbed:
         """Create the Node (retrying failures); if it exists, post Ready=True on it."""
         while True:
             try:
-                await self._kube.create(
-                    NODES,
-                    node_manifest(
-                        instance,
-                        now=self._now(),
-                        initialised=instance.id in self._initialised,
-                    ),
-                )
+                async with self._writes:
+                    await self._kube.create(
+                        NODES,
+                        node_manifest(
+                            instance,
+                            now=self._now(),
+                            initialised=instance.id in self._initialised,
+                        ),
+                    )
             except AlreadyExistsError:
                 try:
                     await self._post_ready(kubelet, transition=kubelet.ready != "True")
@@ -634,6 +648,9 @@ class Testbed:
             return
 
     async def _heartbeat_forever(self, kubelet: _Kubelet) -> None:
+        # The world's first beats count from when it is built, not from each registration:
+        # building 100,000 Nodes takes minutes, and beats meanwhile only slowed the build.
+        await self._built.wait()
         due = trio.current_time() + kubelet.offset_s
         while True:
             await trio.sleep_until(due)
@@ -671,16 +688,18 @@ class Testbed:
     async def _renew_lease(self, kubelet: _Kubelet, duration_s: float) -> None:
         renew = self._now().astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
-            await self._kube.patch(
-                LEASES,
-                kubelet.name,
-                Patch(STRATEGIC, {"spec": {"renewTime": renew}}),
-                namespace=NODE_LEASE_NAMESPACE,
-            )
+            async with self._writes:
+                await self._kube.patch(
+                    LEASES,
+                    kubelet.name,
+                    Patch(STRATEGIC, {"spec": {"renewTime": renew}}),
+                    namespace=NODE_LEASE_NAMESPACE,
+                )
             return
         except NotFoundError:
             pass
-        node = await self._kube.get(NODES, kubelet.name, type=Node)
+        async with self._writes:
+            node = await self._kube.get(NODES, kubelet.name, type=Node)
         lease: dict[str, JSONValue] = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -703,7 +722,8 @@ class Testbed:
             },
         }
         with contextlib.suppress(AlreadyExistsError):  # created meanwhile: patched next time
-            await self._kube.create(LEASES, lease, namespace=NODE_LEASE_NAMESPACE)
+            async with self._writes:
+                await self._kube.create(LEASES, lease, namespace=NODE_LEASE_NAMESPACE)
 
     async def _post_ready(self, kubelet: _Kubelet, *, transition: bool) -> None:
         stamp = _format_time(self._now())
@@ -714,4 +734,5 @@ class Testbed:
 
     async def _patch_status(self, name: str, conditions: Sequence[JSONValue]) -> None:
         patch = Patch(STRATEGIC, {"status": {"conditions": list(conditions)}})
-        await self._kube.patch(NODES, name, patch, subresource="status")
+        async with self._writes:
+            await self._kube.patch(NODES, name, patch, subresource="status")

@@ -1,0 +1,386 @@
+"""A test world in two processes, so that the emulator serving a CCM keeps up at 100,000 Nodes.
+
+`trio-ccm testbed` runs the emulator, the simulated cloud and every simulated kubelet on one
+Trio thread. At 100,000 Nodes that thread also built the world (minutes of registrations)
+and took 333 heartbeats a second, and its collector walked the 4.7 GB of stored objects: it
+answered the CCM seconds late. Here the world is two processes:
+
+- the **emulator process** (`python -m trio_ccm_testbed.split emulator`) serves only the
+  Kubernetes API on loopback HTTP. Its collector is tuned for a large stored world
+  (`tune_collector`: young collections only; the stored objects are never walked again),
+  and a `LagWatch` task logs every lag of its loop of `--lag-threshold` (1 s) or more
+  (`testbed.lag`) and, when it stops, the longest (`testbed.lag-summary`);
+- the **kubelets process** (`python -m trio_ccm_testbed.split kubelets --server URL`) runs
+  the simulated cloud (on loopback HTTP, its admin API included: instances added there get
+  kubelets within a second) and the `Testbed` whose kubelets register and heartbeat their
+  Nodes through the emulator's HTTP door, as any other client; it prints a progress line
+  every `--progress-every` (10,000) Nodes registered, then `N nodes registered`.
+
+`bench/scale.py` starts both. Each refuses a non-loopback address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Final
+from urllib.parse import urlsplit
+
+import httpx
+import structlog
+import trio
+
+from trio_ccm.cli.stalls import StallWatch
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.logs import configure_logging
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.cloud import SimCloud, serve_sim_cloud, write_cloud_config
+from trio_ccm_testbed.datapath import traffic_pools
+from trio_ccm_testbed.loopback import is_loopback
+from trio_ccm_testbed.testbed import Testbed
+
+__all__ = [
+    "Http1Pool",
+    "LagWatch",
+    "emulator_main",
+    "kubelets_client",
+    "kubelets_main",
+    "main",
+    "tune_collector",
+    "watch_progress",
+]
+
+log = structlog.get_logger("trio_ccm_testbed.split")
+
+YOUNG_THRESHOLDS: Final = (10_000, 20)
+"""Generation 0 is collected every 10,000 net allocations (CPython's default: 700), and
+generation 1 every 20 of those: short-lived cycles (requests, tasks) are still found."""
+NEVER: Final = 2**30
+"""Generation 2's threshold: its automatic collections never come."""
+
+
+def tune_collector() -> tuple[int, ...]:
+    """Tune this process's collector for a large stored world; the thresholds it had.
+
+    A stored object outlives two young collections and lands in the oldest generation,
+    whose full collections walk every object in it: with 100,000 stored Nodes, millions of
+    dicts and strings, for seconds at a time (the freeze after the build only delays them:
+    each heartbeat replaces a Node, so the old generation fills again). Those objects hold no
+    cycles (JSON documents are trees, freed by their reference counts), so the oldest
+    generation is never collected automatically: a cycle that outlives two young collections
+    stays until the process ends (`gc.collect()` still finds it)."""
+    previous = gc.get_threshold()
+    gc.set_threshold(*YOUNG_THRESHOLDS, NEVER)
+    return previous
+
+
+@dataclass
+class LagWatch:
+    """A task that wakes every `period_s` and records how late it woke: a lag of
+    `threshold_s` or more is a stall of the whole loop (one long step, a collection, or
+    many steps queued), logged as `testbed.lag`."""
+
+    threshold_s: float = 1.0
+    period_s: float = 0.1
+    lags: list[float] = field(default_factory=list)
+    """The lags of `threshold_s` or more, in seconds, in order."""
+    max_s: float = 0.0
+    """The longest lag seen (of any size)."""
+    wakes: int = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Watch until cancelled; then log `testbed.lag-summary` (the longest lag)."""
+        task_status.started()
+        try:
+            while True:
+                due = trio.current_time() + self.period_s
+                await trio.sleep_until(due)
+                lag = trio.current_time() - due
+                self.wakes += 1
+                self.max_s = max(self.max_s, lag)
+                if lag >= self.threshold_s:
+                    self.lags.append(lag)
+                    log.warning(
+                        "testbed.lag",
+                        seconds=round(lag, 3),
+                        collections=gc.get_stats()[2]["collections"],
+                    )
+        finally:
+            log.info(
+                "testbed.lag-summary",
+                max_seconds=round(self.max_s, 3),
+                lags=len(self.lags),
+                threshold_s=self.threshold_s,
+                wakes=self.wakes,
+            )
+
+
+class Http1Pool(httpx.AsyncBaseTransport):
+    """A lean HTTP/1.1 transport for many small requests to one loopback server: at most
+    `size` kept-alive connections, each request written in one send, each answer read by
+    its Content-Length. httpx's own pool polls every idle connection on each request and
+    release, which cost the kubelets' process more than the emulator's whole answer. Not
+    for streamed answers (watches): those are refused."""
+
+    def __init__(self, host: str, port: int, *, size: int) -> None:
+        self._host, self._port = host, port
+        self._slots = trio.Semaphore(size)
+        self._idle: list[tuple[trio.SocketStream, bytearray]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        head = [f"{request.method} {request.url.raw_path.decode()} HTTP/1.1".encode()]
+        head += [k + b": " + v for k, v in request.headers.raw if k.lower() != b"content-length"]
+        head.append(b"content-length: %d" % len(body))
+        wire = b"\r\n".join(head) + b"\r\n\r\n" + body
+        async with self._slots:
+            stream, buffer = (
+                self._idle.pop()
+                if self._idle
+                else (await trio.open_tcp_stream(self._host, self._port), bytearray())
+            )
+            try:
+                await stream.send_all(wire)
+                status, headers, content, keep = await _read_answer(stream, buffer)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            if keep:
+                self._idle.append((stream, buffer))
+            else:
+                await trio.aclose_forcefully(stream)
+        return httpx.Response(status, headers=headers, content=content, request=request)
+
+    async def aclose(self) -> None:
+        while self._idle:
+            await trio.aclose_forcefully(self._idle.pop()[0])
+
+
+async def _read_answer(
+    stream: trio.SocketStream, buffer: bytearray
+) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    """One response: status, headers, body, and whether the connection may be kept."""
+    while (end := buffer.find(b"\r\n\r\n")) < 0:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        buffer += chunk
+    lines = bytes(buffer[:end]).split(b"\r\n")
+    del buffer[: end + 4]
+    status = int(lines[0].split(b" ", 2)[1])
+    headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(b":") for line in lines[1:])]
+    fields = {k.lower(): v for k, v in headers}
+    if b"content-length" not in fields:
+        raise httpx.RemoteProtocolError("an answer without Content-Length (a stream?)")
+    length = int(fields[b"content-length"])
+    while len(buffer) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        buffer += chunk
+    content = bytes(buffer[:length])
+    del buffer[:length]
+    return status, headers, content, fields.get(b"connection", b"").lower() != b"close"
+
+
+def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
+    """The kubelets' client of an emulator at `server` (plain HTTP on loopback; refused
+    otherwise), with as many connections as writes in flight."""
+    host = urlsplit(server).hostname or ""
+    if urlsplit(server).scheme != "http" or not is_loopback(host):
+        raise ValueError(
+            f"--server {server}: the kubelets write to an emulator on loopback over plain "
+            "HTTP only (e.g. http://127.0.0.1:PORT, as `split emulator` prints it)"
+        )
+    port = urlsplit(server).port or 80
+    return KubeClient(
+        ConnectionConfig(
+            server=server,
+            credentials=StaticCredentials(token=None),
+            source="trio-ccm testbed kubelets (split)",
+        ),
+        qps=0,  # kubelets each have their own budget; the fleet's is not limited
+        component="testbed-kubelets",
+        transport=Http1Pool(host, port, size=max_in_flight),
+    )
+
+
+async def watch_progress(
+    registered: Callable[[], int],
+    total: int,
+    *,
+    every: int,
+    say: Callable[[str], None],
+    period_s: float = 1.0,
+) -> None:
+    """Until `registered()` reaches `total`: `say` a line each time `every` more Nodes are
+    registered (count, seconds since the start, this process's peak RSS)."""
+    started = trio.current_time()
+    shown = 0
+    while True:
+        count = registered()
+        if count >= total or count >= shown + every:
+            shown = count - count % every if count < total else count
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            say(
+                f"registered {count} of {total} Nodes after "
+                f"{trio.current_time() - started:.1f} s (kubelets' peak RSS {rss_mb:.0f} MB)"
+            )
+        if count >= total:
+            return
+        await trio.sleep(period_s)
+
+
+async def _stop_at_a_signal(nursery: trio.Nursery) -> None:
+    """Cancel `nursery` at the first SIGINT or SIGTERM (a clean stop: the lag summary)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            nursery.cancel_scope.cancel()
+            return
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+def _duration(text: str) -> float:
+    value = float(text[:-1]) if text.endswith("s") else float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive number of seconds, e.g. 300s")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trio_ccm_testbed.split", description=(__doc__ or "").split("\n\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    emulator = commands.add_parser("emulator", help="the Kubernetes API emulator alone")
+    emulator.add_argument("--kubeconfig-out", required=True, metavar="PATH")
+    emulator.add_argument("--host", default="127.0.0.1")
+    emulator.add_argument("--port", type=int, default=0)
+    emulator.add_argument("--seed", type=int, default=0)
+    emulator.add_argument("--lag-threshold", type=_duration, default=1.0, metavar="SECONDS")
+    emulator.add_argument(
+        "--default-gc", action="store_true", help="keep CPython's collector thresholds"
+    )
+    kubelets = commands.add_parser("kubelets", help="the simulated cloud and its kubelets")
+    kubelets.add_argument("--server", required=True, help="the emulator's URL")
+    kubelets.add_argument("--nodes", type=int, default=3)
+    kubelets.add_argument("--initialised", action="store_true")
+    kubelets.add_argument("--heartbeat", type=_duration, default=60.0, metavar="SECONDS")
+    kubelets.add_argument("--no-node-leases", action="store_true")
+    kubelets.add_argument("--seed", type=int, default=0)
+    kubelets.add_argument("--lb-network", default=None, metavar="CIDR")
+    kubelets.add_argument("--cloud-config-out", required=True, metavar="PATH")
+    kubelets.add_argument("--host", default="127.0.0.1")
+    kubelets.add_argument("--max-in-flight", type=int, default=8)
+    kubelets.add_argument("--progress-every", type=int, default=10_000)
+    return parser
+
+
+def emulator_main(args: argparse.Namespace) -> int:
+    """The emulator alone, with a tuned collector and a lag watch, until SIGINT."""
+    if not is_loopback(args.host):
+        print(f"--host {args.host}: the emulator listens on loopback only", file=sys.stderr)
+        return 2
+    if not args.default_gc:
+        tune_collector()
+    watch = LagWatch(threshold_s=args.lag_threshold)
+
+    async def run() -> None:
+        api = ApiServer(seed=args.seed)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_at_a_signal, nursery)
+            await nursery.start(watch.run)
+            listening = await nursery.start(
+                partial(serve_apiserver, api, host=args.host, port=args.port)
+            )
+            listening.write_kubeconfig(args.kubeconfig_out)
+            _print(f"apiserver listening on {listening.url}")
+
+    stalls = StallWatch()  # names the step of a lag, and its collections' share
+    stalls.track_gc()
+    try:
+        trio.run(run, instruments=[stalls])
+    finally:
+        stalls.untrack_gc()
+    return 0
+
+
+def kubelets_main(args: argparse.Namespace) -> int:
+    """The simulated cloud and the kubelets of its `--nodes` instances, until SIGINT."""
+    try:
+        client = kubelets_client(args.server, max_in_flight=args.max_in_flight)
+        pools = traffic_pools(args.lb_network, None)
+    except ValueError as exc:
+        print(f"trio-ccm testbed kubelets: error: {exc}", file=sys.stderr)
+        return 2
+    if not is_loopback(args.host):
+        print(f"--host {args.host}: the simulated cloud listens on loopback only", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        cloud = SimCloud(seed=args.seed, **pools)
+        testbed = Testbed(
+            client,
+            cloud,
+            heartbeat_s=args.heartbeat,
+            seed=args.seed,
+            node_lease_s=None if args.no_node_leases else 40.0,
+            max_in_flight=args.max_in_flight,
+        )
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_at_a_signal, nursery)
+            progress = trio.Event()
+
+            async def say_progress() -> None:
+                await watch_progress(
+                    lambda: testbed.statistics().registered,
+                    args.nodes,
+                    every=args.progress_every,
+                    say=_print,
+                )
+                progress.set()
+
+            listening = await nursery.start(partial(serve_sim_cloud, cloud, host=args.host))
+            write_cloud_config(args.cloud_config_out, url=listening.url)
+            _print(f"sim cloud listening on {listening.url}")
+            testbed.add_nodes(args.nodes, initialised=args.initialised)
+            nursery.start_soon(say_progress)
+            await nursery.start(testbed.serve)
+            await progress.wait()  # its last line, the total, before the one below
+            _print(
+                f"{args.nodes} nodes registered after {time.monotonic() - started:.1f} s "
+                f"(heartbeat every {args.heartbeat:g}s); Ctrl-C to stop"
+            )
+
+    stalls = StallWatch()
+    stalls.track_gc()
+    try:
+        trio.run(run, instruments=[stalls])
+    finally:
+        stalls.untrack_gc()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    configure_logging(verbosity=0, fmt="json", stream=sys.stderr)
+    if args.command == "emulator":
+        return emulator_main(args)
+    return kubelets_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

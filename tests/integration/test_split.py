@@ -1,0 +1,216 @@
+"""The test world in two processes (trio_ccm_testbed.split): the kubelets' process writes
+through the emulator's HTTP door, its progress lines, the emulator's lag watch and its
+collector tuning, at small sizes."""
+
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
+from trio_ccm_testbed.split import LagWatch, kubelets_client, tune_collector, watch_progress
+
+LIMIT_S = 90.0  # processes start slowly on a loaded machine; a run past this has hung
+
+
+@pytest.mark.parametrize(
+    ("held_s", "recorded"),
+    [
+        pytest.param(0.5, False, id="half-a-second-not-a-stall"),
+        pytest.param(1.6, True, id="a-step-of-1.6s-is-a-lag-of-1.5s"),
+        pytest.param(5.1, True, id="a-collection-of-5s"),
+    ],
+)
+async def test_lag_watch_records_a_loop_held_past_its_threshold(
+    autojump_clock: trio.testing.MockClock, held_s: float, recorded: bool
+) -> None:
+    """A step that holds the loop for `held_s` makes the watch wake that much late (less its
+    0.1 s period); only lags of 1 s or more are recorded, and the longest is kept."""
+    watch = LagWatch(threshold_s=1.0, period_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch.run)
+        await trio.sleep(0.05)  # mid-period: the watch is due at 0.1
+        autojump_clock.jump(held_s)  # the loop is held: no task runs meanwhile
+        await trio.sleep(1.0)
+        nursery.cancel_scope.cancel()
+    assert watch.max_s == pytest.approx(held_s - 0.05)
+    assert watch.lags == ([pytest.approx(held_s - 0.05)] if recorded else [])
+
+
+@pytest.mark.parametrize(
+    ("counts", "lines"),
+    [
+        pytest.param(
+            [0, 3, 9, 10, 11, 19, 25],
+            ["registered 10 of 25", "registered 25 of 25"],
+            id="every-ten-then-the-total",
+        ),
+        pytest.param([25], ["registered 25 of 25"], id="all-at-once"),
+        pytest.param(
+            [12, 24, 25],
+            ["registered 12 of 25", "registered 24 of 25", "registered 25 of 25"],
+            id="each-crossing-once",
+        ),
+    ],
+)
+async def test_world_builder_says_each_ten_thousand_then_the_total(
+    autojump_clock: trio.testing.MockClock, counts: list[int], lines: list[str]
+) -> None:
+    """The builder's progress says a line each time `every` more Nodes are registered (here
+    10), then one at the total, with the elapsed time and the process's RSS."""
+    said: list[str] = []
+    polled = iter(counts)
+    with trio.fail_after(60):
+        await watch_progress(lambda: next(polled), 25, every=10, say=said.append)
+    assert [line.split(" Nodes")[0] for line in said] == lines
+    assert all("after" in line and "MB" in line for line in said)
+
+
+def test_tuned_collector_never_walks_the_old_generation() -> None:
+    """Tuned, the collector still collects the young generations as objects come, but never
+    the oldest, however many objects it holds (the stored world is never walked)."""
+    previous = tune_collector()
+    try:
+        before = [s["collections"] for s in gc.get_stats()]
+        kept = [[i] for i in range(2_000_000)]  # long-lived containers, as a stored world
+        after = [s["collections"] for s in gc.get_stats()]
+        assert after[0] > before[0]
+        assert after[1] > before[1]
+        assert after[2] == before[2]
+        del kept
+    finally:
+        gc.set_threshold(*previous)
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        pytest.param("http://203.0.113.5:8080", id="documentation-range"),
+        pytest.param("http://example.com:8080", id="a-name"),
+        pytest.param("https://127.0.0.1:6443", id="tls-is-not-the-split-emulator"),
+    ],
+)
+def test_kubelets_refuse_an_emulator_off_loopback(server: str) -> None:
+    """The kubelets' client is built only for a plain-HTTP emulator on loopback; anything
+    else is refused, naming the flag and the fix, before any request is sent."""
+    with pytest.raises(ValueError, match=r"--server .*loopback"):
+        kubelets_client(server)
+
+
+def _spawn(args: list[str], err: Path) -> subprocess.Popen[str]:
+    with err.open("w") as log:  # the child has its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "trio_ccm_testbed.split", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+async def _readline(child: subprocess.Popen[str]) -> str:
+    assert child.stdout is not None
+    line: str = await trio.to_thread.run_sync(child.stdout.readline)
+    if not line:
+        raise AssertionError(f"the worker exited ({child.poll()})")
+    return line.rstrip()
+
+
+async def test_kubelets_in_a_worker_process_update_nodes_through_the_emulator(
+    tmp_path: Path,
+) -> None:
+    """The kubelets' process registers its Nodes in an emulator served over loopback HTTP
+    by this process, says its progress, then heartbeats them: each Node's status is written
+    again (a newer resourceVersion, Ready=True) through the HTTP door."""
+    api = ApiServer(seed=1)
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(serve_apiserver, api)
+            child = _spawn(
+                [
+                    "kubelets",
+                    f"--server={listening.url}",
+                    "--nodes=5",
+                    "--heartbeat=1s",
+                    "--no-node-leases",
+                    "--progress-every=2",
+                    f"--cloud-config-out={tmp_path / 'cloud.yaml'}",
+                ],
+                tmp_path / "kubelets.log",
+            )
+            try:
+                lines = [await _readline(child)]
+                while "nodes registered" not in lines[-1]:
+                    lines.append(await _readline(child))
+                registered = {
+                    n: int(api.get("v1", "Node", n)["metadata"]["resourceVersion"])
+                    for n in (f"node-{i:04d}" for i in range(1, 6))
+                }
+                while True:  # every Node heartbeated at least once (period 1 s)
+                    now = {
+                        n: int(api.get("v1", "Node", n)["metadata"]["resourceVersion"])
+                        for n in registered
+                    }
+                    if all(now[n] > registered[n] for n in registered):
+                        break
+                    await trio.sleep(0.2)
+            finally:
+                await trio.to_thread.run_sync(_stop, child)
+            nursery.cancel_scope.cancel()
+    assert lines[0].startswith("sim cloud listening on http://127.0.0.1:")
+    assert (tmp_path / "cloud.yaml").read_text().startswith("url: http://127.0.0.1:")
+    assert any(line.startswith("registered 5 of 5 Nodes after") for line in lines)
+    node = api.get("v1", "Node", "node-0001")
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert "node.cloudprovider.kubernetes.io/uninitialized" in json.dumps(node["spec"])
+
+
+async def test_emulator_process_serves_and_reports_its_longest_lag(tmp_path: Path) -> None:
+    """The emulator's process serves the API on loopback (the kubeconfig it writes points
+    there) and, stopped, logs its lag watch's summary: the longest lag and how many were
+    of 1 s or more."""
+    child = _spawn(
+        ["emulator", f"--kubeconfig-out={tmp_path / 'kubeconfig'}"], tmp_path / "emulator.log"
+    )
+    try:
+        with trio.fail_after(LIMIT_S):
+            first = await _readline(child)
+        url = first.removeprefix("apiserver listening on ")
+        async with httpx.AsyncClient(base_url=url) as client:
+            response = await client.get("/api/v1/nodes")
+        assert response.status_code == 200
+        assert response.json()["items"] == []
+        assert url in (tmp_path / "kubeconfig").read_text()
+    finally:
+        await trio.to_thread.run_sync(_stop, child)
+    records: list[dict[str, Any]] = [
+        json.loads(line) for line in (tmp_path / "emulator.log").read_text().splitlines()
+    ]
+    summary = [r for r in records if r["event"] == "testbed.lag-summary"]
+    assert len(summary) == 1
+    assert summary[0]["threshold_s"] == 1.0
+    assert summary[0]["wakes"] > 0
+    assert summary[0]["lags"] == sum(1 for r in records if r["event"] == "testbed.lag")
