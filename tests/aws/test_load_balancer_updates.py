@@ -13,8 +13,9 @@ import trio
 
 from tests.helpers.aws import CLUSTER_ID, NAME, lbs_of, nodes, open_provider, serve_wsgi, service
 from trio_ccm.cloud.aws import AwsProvider
+from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.provider import LoadBalancerInventory, ServicePort, ServiceRefused
-from trio_ccm_testbed.aws import Balancing, World, balancing, certificate
+from trio_ccm_testbed.aws import Balancing, Fault, World, balancing, certificate
 
 P = "service.beta.kubernetes.io/aws-load-balancer-"
 
@@ -432,3 +433,39 @@ async def test_without_a_cluster_subnet_the_ccms_own_subnet_is_used(world: World
                 await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
                 seen = await balancing(world)
     assert clb(seen)["raw"]["Subnets"] == [own.subnet_id]
+
+
+@pytest.mark.parametrize("then", ["ports-change", "delete"])
+async def test_a_target_group_left_by_a_cut_ensure_is_found_and_deleted(
+    world: World, provider: AwsProvider, then: str
+) -> None:
+    """An NLB's port change cut between CreateTargetGroup and CreateListener leaves a
+    target group no listener uses; when the ports change again, the next ensure (with no
+    record of what was made) finds it by the Service's name prefix and UID tag and deletes
+    it, leaving only the current port's group; deleting the Service deletes it too."""
+    instances = await world.add_instances(1)
+    lbs = lbs_of(provider)
+    marks = {P + "type": "nlb"}
+
+    def on(port: int, node_port: int) -> Any:
+        return service(annotations=marks, ports=(ServicePort("p", "TCP", port, node_port),))
+
+    with trio.fail_after(60):
+        await lbs.ensure_load_balancer(CLUSTER_ID, on(80, 30080), nodes(instances))
+        world.server.faults.add(
+            Fault("error", "CreateListener", "elasticloadbalancing", 1, 400, "ValidationError")
+        )
+        with pytest.raises(AwsError, match="ValidationError"):
+            await lbs.ensure_load_balancer(CLUSTER_ID, on(8080, 30081), nodes(instances))
+        cut = await balancing(world)
+        if then == "delete":
+            await lbs.ensure_load_balancer_deleted(CLUSTER_ID, on(9090, 30082))
+        else:
+            await lbs.ensure_load_balancer(CLUSTER_ID, on(9090, 30082), nodes(instances))
+        after = await balancing(world)
+    assert len(cut.target_groups) == 2  # the stray one, and the one the listener still uses
+    if then == "delete":
+        assert after.empty
+    else:
+        ((port, _protocol, group, _cert),) = after.nlbs[NAME]["listeners"]
+        assert (port, list(after.target_groups)) == (9090, [group])

@@ -51,6 +51,7 @@ __all__ = [
     "plan",
     "refuse_scheme_change",
     "target_group_name",
+    "target_group_prefix",
     "target_nodes",
 ]
 
@@ -272,6 +273,12 @@ def target_group_name(
     namespace = _NOT_ALNUM.sub("", service.namespace)[:8]
     name = _NOT_ALNUM.sub("", service.name)[:8]
     return f"k8s-{namespace}-{name}-{digest.hexdigest()[:10]}"
+
+
+def target_group_prefix(service: str) -> str:
+    """What every target group name of the Service `namespace/name` starts with."""
+    namespace, _, name = service.partition("/")
+    return f"k8s-{_NOT_ALNUM.sub('', namespace)[:8]}-{_NOT_ALNUM.sub('', name)[:8]}-"
 
 
 def source_ranges(service: ServiceInfo) -> tuple[str, ...]:

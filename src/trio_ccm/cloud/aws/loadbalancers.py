@@ -332,7 +332,7 @@ class AwsLoadBalancers:
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
         """Create or update the Service's load balancer (see the module docstring)."""
-        lb_plan, found_nlb, warnings = await self._plan_type(service)
+        lb_plan, found_nlb, warnings, recorded = await self._plan_type(service)
         if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
             raise ServiceRefused(f"Service {service.key}: no port to balance")
         instances = await self._instances(nodes, lb_plan.node_labels)
@@ -344,6 +344,7 @@ class AwsLoadBalancers:
                 ids,
                 security_groups=(own_group,) if own_group else lb_plan.security_groups,
                 found=found_nlb,
+                find_strays=not recorded,
             )
             if own_group:
                 # The NLB's own group: one rule on the Nodes' groups lets it in (as a Classic
@@ -378,12 +379,14 @@ class AwsLoadBalancers:
 
     async def _plan_type(
         self, service: ServiceInfo
-    ) -> tuple[LoadBalancerPlan, Mapping[str, object] | None, tuple[str, ...]]:
-        """The plan, the NLB found (NLB plans), and the warnings for the Service's load
-        balancer. A change of type AWS cannot make (upstream refuses it) keeps the load
-        balancer as the type it is, planned from the Service as that type reads it
-        (`kept_as`): it keeps following the Service's ports, source ranges and Nodes, and the
-        refusal is a warning, not a verdict that would freeze it until the Service changes."""
+    ) -> tuple[LoadBalancerPlan, Mapping[str, object] | None, tuple[str, ...], bool]:
+        """The plan, the NLB found (NLB plans), the warnings for the Service's load
+        balancer, and whether the provider had a record of it (`_Known`; without one, an NLB
+        ensure also looks for stray target groups). A change of type AWS cannot make
+        (upstream refuses it) keeps the load balancer as the type it is, planned from the
+        Service as that type reads it (`kept_as`): it keeps following the Service's ports,
+        source ranges and Nodes, and the refusal is a warning, not a verdict that would
+        freeze it until the Service changes."""
         refusal: ServiceRefused | None = None
         try:
             lb_plan: LoadBalancerPlan | None = await self._plan(service)
@@ -405,7 +408,7 @@ class AwsLoadBalancers:
         elif refusal is not None:
             raise refusal
         assert lb_plan is not None
-        return lb_plan, found_nlb, (warning,) if warning else ()
+        return lb_plan, found_nlb, (warning,) if warning else (), before is not None
 
     async def _type_change(self, name: str, service: str, *, nlb: bool) -> str:
         """When the Service's load balancer exists as the other type than `nlb` says (its
@@ -638,6 +641,7 @@ class AwsLoadBalancers:
             service.key,
             self._group_names(service),
             [nlb_group_name(cluster, service.namespace, service.name, service.uid)],
+            uid=service.uid,
         )
 
     async def _delete(
@@ -648,9 +652,11 @@ class AwsLoadBalancers:
         nlb_groups: Sequence[str] = (),
         *,
         only: str = "",
+        uid: str = "",
     ) -> None:
         """Delete the load balancer named `name` of both types (`only`: "clb" or "nlb", that
-        type alone), and what was made for it."""
+        type alone), and what was made for it (with the Service's `uid`: also the stray
+        target groups of its older ports, `Nlbs.stray_groups`)."""
         context = self._context
         where = f"load balancer {name} (Service {service})"
         self._known.pop(name, None)
@@ -679,7 +685,12 @@ class AwsLoadBalancers:
         if only != "nlb":
             existed = await self._clbs.delete(name, where=where)
         if only != "clb":
-            existed = await self._nlbs.delete(name, target_groups, where=where) or existed
+            existed = (
+                await self._nlbs.delete(
+                    name, target_groups, where=where, strays=(service, uid) if uid else None
+                )
+                or existed
+            )
         for group in own:
             await delete_group(context.client, group.id, why=f"of load balancer {name}")
         log.info(
