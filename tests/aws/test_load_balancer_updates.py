@@ -1,7 +1,8 @@
 """A live Service's load balancer changed after creation, against moto: every field
 upstream applies to an existing Classic ELB (subnets, tags, listeners, health check,
 attributes, policies), the NLB's access logs, addresses and managed security group, and
-the changes AWS cannot make (type, scheme, addresses) refused with the load balancer kept."""
+the changes AWS cannot make: type and scheme kept as they are with a warning while the load
+balancer keeps following the Service, addresses refused with the load balancer kept."""
 
 from __future__ import annotations
 
@@ -177,24 +178,30 @@ async def test_a_classic_elb_takes_an_ssl_negotiation_policy(
     assert listener_policies(off) == {80: [], 443: []}
 
 
-async def test_a_scheme_change_is_refused_and_the_load_balancer_kept(
+async def test_a_scheme_change_keeps_the_load_balancer_following_the_service(
     world: World, provider: AwsProvider
 ) -> None:
-    """A scheme change is refused naming the annotation (upstream ignores it), nothing new
-    is made, and the load balancer stays, also after a restart of the provider (nothing
-    remembered)."""
-    instances = await world.add_instances(1)
+    """A scheme change (which AWS cannot make; upstream ignores it) keeps the load balancer
+    with its scheme and a warning naming the annotation and the fix, also from a restarted
+    provider (nothing remembered); nothing new is made, and a Node added afterwards
+    reaches it."""
+    instances = await world.add_instances(2)
+    internal = service(annotations={P + "internal": "true"})
     with trio.fail_after(60):
-        await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+        await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances[:1]))
         before = await balancing(world)
         async with open_provider(world) as fresh:
-            with pytest.raises(ServiceRefused, match="cannot change a load balancer's scheme"):
-                await lbs_of(fresh).ensure_load_balancer(
-                    CLUSTER_ID, service(annotations={P + "internal": "true"}), nodes(instances)
-                )
+            status = await lbs_of(fresh).ensure_load_balancer(
+                CLUSTER_ID, internal, nodes(instances)
+            )
         after = await balancing(world)
+    (warning,) = status.warnings
+    assert "cannot change a load balancer's scheme" in warning
+    assert P + "internal" in warning
     assert (sorted(after.clbs), sorted(after.nlbs)) == (sorted(before.clbs), sorted(before.nlbs))
     assert sorted(after.security_groups) == sorted(before.security_groups)
+    assert after.clbs[NAME]["scheme"] == "internet-facing"
+    assert after.clbs[NAME]["instances"] == sorted(i.id for i in instances)
 
 
 def client_ranges(seen: Balancing) -> list[str]:

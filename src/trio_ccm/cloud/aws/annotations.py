@@ -47,6 +47,7 @@ __all__ = [
     "NlbHealthCheck",
     "NlbPort",
     "kept_as",
+    "kept_scheme",
     "key_values",
     "plan",
     "refuse_scheme_change",
@@ -336,6 +337,15 @@ def kept_as(service: ServiceInfo, *, nlb: bool) -> tuple[ServiceInfo, tuple[str,
         annotations[TYPE] = "nlb"
     dropped = tuple(sorted(k for k in service.annotations if k in other_only))
     return replace(service, annotations=annotations), dropped
+
+
+def kept_scheme(service: ServiceInfo, *, internal: bool) -> ServiceInfo:
+    """The Service as its existing load balancer's scheme reads it, after a change of the
+    internal annotation AWS cannot make."""
+    annotations = {k: v for k, v in service.annotations.items() if k != INTERNAL}
+    if internal:
+        annotations[INTERNAL] = "true"
+    return replace(service, annotations=annotations)
 
 
 def refuse_scheme_change(lb_plan: LoadBalancerPlan, scheme: str) -> None:

@@ -46,8 +46,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+from trio_ccm.cloud.aws.annotations import (
+    INTERNAL,
+    LoadBalancerPlan,
+    kept_as,
+    kept_scheme,
+    plan,
+    target_nodes,
+)
 from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
-from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, kept_as, plan, target_nodes
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
 from trio_ccm.cloud.aws.elb import Clbs, group_name
 from trio_ccm.cloud.aws.elbv2 import Nlbs
@@ -114,6 +121,7 @@ class _Known:
     node_groups: frozenset[str]
     rules: frozenset[Rule]  # what each of the Nodes' groups holds for it
     status: LoadBalancerStatus
+    internal: bool = False  # its scheme
 
 
 def nlb_group_name(cluster: str, namespace: str, name: str, uid: str) -> str:
@@ -358,14 +366,24 @@ class AwsLoadBalancers:
             if not own_group and self._context.config.nlb_security_group_mode == "Managed":
                 await self._drop_managed_group(cluster, service, lb_plan.name)
             status = _hostname(nlb.dns_name)
-            known = _Known(True, tuple(nlb.target_groups), frozenset(ids), opened, rules, status)
+            known = _Known(
+                True,
+                tuple(nlb.target_groups),
+                frozenset(ids),
+                opened,
+                rules,
+                status,
+                internal=lb_plan.internal,
+            )
         else:
             clb = await self._clbs.ensure(lb_plan, ids)
             own = clb.security_groups[0] if clb.security_groups else ""
             rules = frozenset({Rule("-1", -1, -1, group=own)}) if own else frozenset()
             opened = await self._open_node_groups(lb_plan, instances, rules, own)
             status = _hostname(clb.dns_name)
-            known = _Known(False, (), frozenset(ids), opened, rules, status)
+            known = _Known(
+                False, (), frozenset(ids), opened, rules, status, internal=lb_plan.internal
+            )
         self._known[lb_plan.name] = known
         log.info(
             "aws.load-balancer-ensured",
@@ -399,16 +417,32 @@ class AwsLoadBalancers:
         warning = ""
         if (before is None or before.nlb != nlb) and (found_nlb is None if nlb else True):
             warning = await self._type_change(name, service.key, nlb=nlb)
+        warnings: list[str] = []
         if warning:
             kept, dropped = kept_as(service, nlb=not nlb)
             if dropped:
                 warning += f"; not applied to the kept load balancer: {', '.join(dropped)}"
+            warnings.append(warning)
             lb_plan = await self._plan(kept)
             found_nlb = None if nlb else await self._nlbs.describe(name)
+            service = kept
         elif refusal is not None:
             raise refusal
         assert lb_plan is not None
-        return lb_plan, found_nlb, (warning,) if warning else (), before is not None
+        if before is None or before.internal != lb_plan.internal:
+            # The scheme, which AWS cannot change either: kept as it is, as the type.
+            found = found_nlb if lb_plan.nlb else await self._clbs.describe(name)
+            scheme = str(found.get("Scheme") or "") if found is not None else ""
+            if scheme and (scheme == "internal") != lb_plan.internal:
+                warnings.append(
+                    f"Service {service.key}: annotation {INTERNAL}: the {lb_plan.kind} {name} "
+                    f"is {scheme} and AWS cannot change a load balancer's scheme; it is kept "
+                    f"{scheme}, following the Service's ports, source ranges and Nodes; set "
+                    "the annotation back, or delete the Service and create it again (a new "
+                    "load balancer, a new address)"
+                )
+                lb_plan = await self._plan(kept_scheme(service, internal=scheme == "internal"))
+        return lb_plan, found_nlb, tuple(warnings), before is not None
 
     async def _type_change(self, name: str, service: str, *, nlb: bool) -> str:
         """When the Service's load balancer exists as the other type than `nlb` says (its
