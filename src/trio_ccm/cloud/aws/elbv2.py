@@ -50,6 +50,7 @@ from trio_ccm.cloud.provider import ServiceRefused
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
+    from trio_ccm.cloud.aws.client import AwsClient
     from trio_ccm.cloud.aws.context import AwsContext
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "TARGETS_PER_CALL",
     "Nlb",
     "Nlbs",
+    "every_page",
 ]
 
 log = get_logger("trio_ccm.cloud.aws.elbv2")
@@ -94,6 +96,24 @@ def _first(answer: Parsed, key: str) -> Mapping[str, object]:
 def _items(answer: Parsed, key: str) -> list[Mapping[str, object]]:
     items = answer.get(key)
     return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
+async def every_page(
+    client: AwsClient, api: str, action: str, key: str, target: str
+) -> list[Mapping[str, object]]:
+    """Every item under `key` of an ELB API listing (`elb` or `elbv2`), Marker paging, 400
+    a page."""
+    found: list[Mapping[str, object]] = []
+    marker = ""
+    while True:
+        params: dict[str, object] = {"PageSize": _PAGE_SIZE}
+        if marker:
+            params["Marker"] = marker
+        answer = await client.call(api, action, params, target=target)
+        found += _items(answer, key)
+        marker = str(answer.get("NextMarker") or "")
+        if not marker:
+            return found
 
 
 def _nlb(item: Mapping[str, object], target_groups: Mapping[str, str]) -> Nlb:
@@ -211,24 +231,14 @@ class Nlbs:
         """Target groups named `prefix`..., attached to no load balancer, tagged with the
         Service UID `uid` (see the module docstring)."""
         client = self._context.client
-        candidates: list[Mapping[str, object]] = []
-        marker = ""
-        while True:
-            params: dict[str, object] = {"PageSize": _PAGE_SIZE}
-            if marker:
-                params["Marker"] = marker
-            answer = await client.call(
-                "elbv2", "DescribeTargetGroups", params, target=f"target groups {prefix}*"
+        candidates = [
+            g
+            for g in await every_page(
+                client, "elbv2", "DescribeTargetGroups", "TargetGroups", f"target groups {prefix}*"
             )
-            candidates += [
-                g
-                for g in _items(answer, "TargetGroups")
-                if str(g.get("TargetGroupName") or "").startswith(prefix)
-                and not g.get("LoadBalancerArns")
-            ]
-            marker = str(answer.get("NextMarker") or "")
-            if not marker:
-                break
+            if str(g.get("TargetGroupName") or "").startswith(prefix)
+            and not g.get("LoadBalancerArns")
+        ]
         by_arn = {str(g.get("TargetGroupArn")): g for g in candidates}
         strays = []
         for chunk in chunks(sorted(by_arn), _TAGS_PER_CALL):

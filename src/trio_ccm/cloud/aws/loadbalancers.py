@@ -57,7 +57,7 @@ from trio_ccm.cloud.aws.annotations import (
 from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
 from trio_ccm.cloud.aws.elb import Clbs, group_name
-from trio_ccm.cloud.aws.elbv2 import Nlbs
+from trio_ccm.cloud.aws.elbv2 import Nlbs, every_page
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.instances import instance_id_from_provider_id
 from trio_ccm.cloud.aws.lookup import Ref
@@ -107,7 +107,6 @@ range, shared by every NLB (upstream's)."""
 NLB_GROUP_DESCRIPTION: Final = "[k8s] Managed SecurityGroup for LoadBalancer"
 _TAGS_PER_CALL: Final = 20
 _GROUPS_REMEMBERED: Final = 100_000
-_PAGE_SIZE: Final = 400
 _NOT_GROUP_NAME: Final = re.compile(r"[^a-zA-Z0-9-]")
 
 
@@ -784,19 +783,9 @@ class AwsLoadBalancers:
     async def _all(self, api: str) -> list[Mapping[str, object]]:
         """Every load balancer of one ELB API (Marker paging)."""
         key = "LoadBalancers" if api == "elbv2" else "LoadBalancerDescriptions"
-        found: list[Mapping[str, object]] = []
-        marker = ""
-        while True:
-            params: dict[str, object] = {"PageSize": _PAGE_SIZE}
-            if marker:
-                params["Marker"] = marker
-            answer = await self._context.client.call(
-                api, "DescribeLoadBalancers", params, target="load balancers"
-            )
-            found += _mappings(answer.get(key))
-            marker = str(answer.get("NextMarker") or "")
-            if not marker:
-                return found
+        return await every_page(
+            self._context.client, api, "DescribeLoadBalancers", key, "load balancers"
+        )
 
     async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
         """Delete a listed load balancer and everything made for it."""
