@@ -1,7 +1,8 @@
 """A live Service's load balancer changed after creation, against moto: every field
 upstream applies to an existing Classic ELB (subnets, tags, listeners, health check,
 attributes, policies), the NLB's access logs, addresses and managed security group, and
-the changes AWS cannot make (type, scheme, addresses) refused with the load balancer kept."""
+the changes AWS cannot make: type and scheme kept as they are with a warning while the load
+balancer keeps following the Service, addresses refused with the load balancer kept."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import trio
 
 from tests.helpers.aws import CLUSTER_ID, NAME, lbs_of, nodes, open_provider, serve_wsgi, service
 from trio_ccm.cloud.aws import AwsProvider
+from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.provider import LoadBalancerInventory, ServicePort, ServiceRefused
-from trio_ccm_testbed.aws import Balancing, World, balancing, certificate
+from trio_ccm_testbed.aws import Balancing, Fault, World, balancing, certificate
 
 P = "service.beta.kubernetes.io/aws-load-balancer-"
 
@@ -176,24 +178,30 @@ async def test_a_classic_elb_takes_an_ssl_negotiation_policy(
     assert listener_policies(off) == {80: [], 443: []}
 
 
-async def test_a_scheme_change_is_refused_and_the_load_balancer_kept(
+async def test_a_scheme_change_keeps_the_load_balancer_following_the_service(
     world: World, provider: AwsProvider
 ) -> None:
-    """A scheme change is refused naming the annotation (upstream ignores it), nothing new
-    is made, and the load balancer stays, also after a restart of the provider (nothing
-    remembered)."""
-    instances = await world.add_instances(1)
+    """A scheme change (which AWS cannot make; upstream ignores it) keeps the load balancer
+    with its scheme and a warning naming the annotation and the fix, also from a restarted
+    provider (nothing remembered); nothing new is made, and a Node added afterwards
+    reaches it."""
+    instances = await world.add_instances(2)
+    internal = service(annotations={P + "internal": "true"})
     with trio.fail_after(60):
-        await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
+        await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances[:1]))
         before = await balancing(world)
         async with open_provider(world) as fresh:
-            with pytest.raises(ServiceRefused, match="cannot change a load balancer's scheme"):
-                await lbs_of(fresh).ensure_load_balancer(
-                    CLUSTER_ID, service(annotations={P + "internal": "true"}), nodes(instances)
-                )
+            status = await lbs_of(fresh).ensure_load_balancer(
+                CLUSTER_ID, internal, nodes(instances)
+            )
         after = await balancing(world)
+    (warning,) = status.warnings
+    assert "cannot change a load balancer's scheme" in warning
+    assert P + "internal" in warning
     assert (sorted(after.clbs), sorted(after.nlbs)) == (sorted(before.clbs), sorted(before.nlbs))
     assert sorted(after.security_groups) == sorted(before.security_groups)
+    assert after.clbs[NAME]["scheme"] == "internet-facing"
+    assert after.clbs[NAME]["instances"] == sorted(i.id for i in instances)
 
 
 def client_ranges(seen: Balancing) -> list[str]:
@@ -432,3 +440,39 @@ async def test_without_a_cluster_subnet_the_ccms_own_subnet_is_used(world: World
                 await lbs_of(provider).ensure_load_balancer(CLUSTER_ID, service(), nodes(instances))
                 seen = await balancing(world)
     assert clb(seen)["raw"]["Subnets"] == [own.subnet_id]
+
+
+@pytest.mark.parametrize("then", ["ports-change", "delete"])
+async def test_a_target_group_left_by_a_cut_ensure_is_found_and_deleted(
+    world: World, provider: AwsProvider, then: str
+) -> None:
+    """An NLB's port change cut between CreateTargetGroup and CreateListener leaves a
+    target group no listener uses; when the ports change again, the next ensure (with no
+    record of what was made) finds it by the Service's name prefix and UID tag and deletes
+    it, leaving only the current port's group; deleting the Service deletes it too."""
+    instances = await world.add_instances(1)
+    lbs = lbs_of(provider)
+    marks = {P + "type": "nlb"}
+
+    def on(port: int, node_port: int) -> Any:
+        return service(annotations=marks, ports=(ServicePort("p", "TCP", port, node_port),))
+
+    with trio.fail_after(60):
+        await lbs.ensure_load_balancer(CLUSTER_ID, on(80, 30080), nodes(instances))
+        world.server.faults.add(
+            Fault("error", "CreateListener", "elasticloadbalancing", 1, 400, "ValidationError")
+        )
+        with pytest.raises(AwsError, match="ValidationError"):
+            await lbs.ensure_load_balancer(CLUSTER_ID, on(8080, 30081), nodes(instances))
+        cut = await balancing(world)
+        if then == "delete":
+            await lbs.ensure_load_balancer_deleted(CLUSTER_ID, on(9090, 30082))
+        else:
+            await lbs.ensure_load_balancer(CLUSTER_ID, on(9090, 30082), nodes(instances))
+        after = await balancing(world)
+    assert len(cut.target_groups) == 2  # the stray one, and the one the listener still uses
+    if then == "delete":
+        assert after.empty
+    else:
+        ((port, _protocol, group, _cert),) = after.nlbs[NAME]["listeners"]
+        assert (port, list(after.target_groups)) == (9090, [group])

@@ -47,10 +47,12 @@ __all__ = [
     "NlbHealthCheck",
     "NlbPort",
     "kept_as",
+    "kept_scheme",
     "key_values",
     "plan",
     "refuse_scheme_change",
     "target_group_name",
+    "target_group_prefix",
     "target_nodes",
 ]
 
@@ -274,6 +276,12 @@ def target_group_name(
     return f"k8s-{namespace}-{name}-{digest.hexdigest()[:10]}"
 
 
+def target_group_prefix(service: str) -> str:
+    """What every target group name of the Service `namespace/name` starts with."""
+    namespace, _, name = service.partition("/")
+    return f"k8s-{_NOT_ALNUM.sub('', namespace)[:8]}-{_NOT_ALNUM.sub('', name)[:8]}-"
+
+
 def source_ranges(service: ServiceInfo) -> tuple[str, ...]:
     """Upstream's GetLoadBalancerSourceRanges: the field, else the annotation, else all."""
     raw = service.load_balancer_source_ranges or _list(service.annotations.get(SOURCE_RANGES, ""))
@@ -329,6 +337,15 @@ def kept_as(service: ServiceInfo, *, nlb: bool) -> tuple[ServiceInfo, tuple[str,
         annotations[TYPE] = "nlb"
     dropped = tuple(sorted(k for k in service.annotations if k in other_only))
     return replace(service, annotations=annotations), dropped
+
+
+def kept_scheme(service: ServiceInfo, *, internal: bool) -> ServiceInfo:
+    """The Service as its existing load balancer's scheme reads it, after a change of the
+    internal annotation AWS cannot make."""
+    annotations = {k: v for k, v in service.annotations.items() if k != INTERNAL}
+    if internal:
+        annotations[INTERNAL] = "true"
+    return replace(service, annotations=annotations)
 
 
 def refuse_scheme_change(lb_plan: LoadBalancerPlan, scheme: str) -> None:

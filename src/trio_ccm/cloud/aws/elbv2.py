@@ -12,12 +12,18 @@
   targets compared with the plan; a target group whose immutable fields changed is made
   anew under its new name, the listener pointed at it (ModifyListener), the old one
   deleted; health checks changed in place (ModifyTargetGroup); listeners of ports gone are
-  deleted with their target groups.
+  deleted with their target groups. With `find_strays` (the caller has no record of what it
+  made: a restart, a failure) it also lists the target groups named with the Service's
+  prefix, attached to no load balancer and tagged with its UID: what a replica cut between
+  CreateTargetGroup and CreateListener left under ports the Service no longer has; they
+  are deleted like any group no port uses (one listing of every target group, 400 a page,
+  and DescribeTags for the candidates alone).
 - **Targets** (`update_targets`): only the instances added and removed, in calls of at most
   `TARGETS_PER_CALL`, deregistrations first.
-- **Delete**, upstream's order: the NLB, its target groups (those its listeners used and
-  those named for the Service's ports, so a group made just before a crash is found too),
-  then the Nodes' security-group rules. Each step succeeds when its object is gone.
+- **Delete**, upstream's order: the NLB, its target groups (those its listeners used,
+  those named for the Service's ports, so a group made just before a crash is found too,
+  and, given the Service's UID, its stray groups), then the Nodes' security-group rules.
+  Each step succeeds when its object is gone.
 """
 
 from __future__ import annotations
@@ -33,16 +39,18 @@ from trio_ccm.cloud.aws.annotations import (
     LoadBalancerPlan,
     NlbPort,
     refuse_scheme_change,
+    target_group_prefix,
 )
 from trio_ccm.cloud.aws.codec import Parsed
-from trio_ccm.cloud.aws.ec2 import add_changed_tags, apply_difference
+from trio_ccm.cloud.aws.ec2 import add_changed_tags, apply_difference, chunks
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.network import Subnet, choose_subnets
-from trio_ccm.cloud.aws.tags import service_tags
+from trio_ccm.cloud.aws.tags import SERVICE_UID_TAG, service_tags, tags_of
 from trio_ccm.cloud.provider import ServiceRefused
 from trio_ccm.logs import get_logger
 
 if TYPE_CHECKING:
+    from trio_ccm.cloud.aws.client import AwsClient
     from trio_ccm.cloud.aws.context import AwsContext
 
 __all__ = [
@@ -50,6 +58,7 @@ __all__ = [
     "TARGETS_PER_CALL",
     "Nlb",
     "Nlbs",
+    "every_page",
 ]
 
 log = get_logger("trio_ccm.cloud.aws.elbv2")
@@ -61,6 +70,8 @@ ACCESS_LOGS: Final = "access_logs.s3.enabled"
 ACCESS_LOGS_BUCKET: Final = "access_logs.s3.bucket"
 ACCESS_LOGS_PREFIX: Final = "access_logs.s3.prefix"
 _GONE: Final = frozenset({"LoadBalancerNotFound", "TargetGroupNotFound", "ListenerNotFound"})
+_PAGE_SIZE: Final = 400
+_TAGS_PER_CALL: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,24 @@ def _first(answer: Parsed, key: str) -> Mapping[str, object]:
 def _items(answer: Parsed, key: str) -> list[Mapping[str, object]]:
     items = answer.get(key)
     return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
+async def every_page(
+    client: AwsClient, api: str, action: str, key: str, target: str
+) -> list[Mapping[str, object]]:
+    """Every item under `key` of an ELB API listing (`elb` or `elbv2`), Marker paging, 400
+    a page."""
+    found: list[Mapping[str, object]] = []
+    marker = ""
+    while True:
+        params: dict[str, object] = {"PageSize": _PAGE_SIZE}
+        if marker:
+            params["Marker"] = marker
+        answer = await client.call(api, action, params, target=target)
+        found += _items(answer, key)
+        marker = str(answer.get("NextMarker") or "")
+        if not marker:
+            return found
 
 
 def _nlb(item: Mapping[str, object], target_groups: Mapping[str, str]) -> Nlb:
@@ -198,6 +227,30 @@ class Nlbs:
             found += _items(answer, "TargetGroups")
         return found
 
+    async def stray_groups(self, prefix: str, uid: str) -> list[Mapping[str, object]]:
+        """Target groups named `prefix`..., attached to no load balancer, tagged with the
+        Service UID `uid` (see the module docstring)."""
+        client = self._context.client
+        candidates = [
+            g
+            for g in await every_page(
+                client, "elbv2", "DescribeTargetGroups", "TargetGroups", f"target groups {prefix}*"
+            )
+            if str(g.get("TargetGroupName") or "").startswith(prefix)
+            and not g.get("LoadBalancerArns")
+        ]
+        by_arn = {str(g.get("TargetGroupArn")): g for g in candidates}
+        strays = []
+        for chunk in chunks(sorted(by_arn), _TAGS_PER_CALL):
+            answer = await client.call(
+                "elbv2", "DescribeTags", {"ResourceArns": list(chunk)}, target=f"{prefix}*"
+            )
+            for item in _items(answer, "TagDescriptions"):
+                tags = tags_of(item.get("Tags"))
+                if tags.get(SERVICE_UID_TAG) == uid and self._context.tagging.owned(tags):
+                    strays.append(by_arn[str(item.get("ResourceArn"))])
+        return strays
+
     # -- ensure ----------------------------------------------------------------------------
     async def ensure(
         self,
@@ -206,6 +259,7 @@ class Nlbs:
         *,
         security_groups: Sequence[str] = (),
         found: Mapping[str, object] | None = None,
+        find_strays: bool = False,
     ) -> Nlb:
         """Create or update the NLB to match `plan`, balancing to `instance_ids`, with
         `security_groups` (none: the NLB has no group; `found`: its description, if the
@@ -273,6 +327,13 @@ class Nlbs:
             groups += await self.target_groups_named(
                 [p.target_group for p in plan.nlb_ports if p.target_group not in attached]
             )
+            if find_strays:
+                known = {str(g.get("TargetGroupArn")) for g in groups}
+                groups += [
+                    g
+                    for g in await self.stray_groups(target_group_prefix(plan.service), plan.uid)
+                    if str(g.get("TargetGroupArn")) not in known
+                ]
         arn = str(found.get("LoadBalancerArn") or "")
         vpc_id = str(found.get("VpcId") or "") or await context.vpc_id()
         by_name = {str(g.get("TargetGroupName")): g for g in groups}
@@ -506,9 +567,17 @@ class Nlbs:
                 raise
 
     # -- delete ----------------------------------------------------------------------------
-    async def delete(self, name: str, group_names: Sequence[str], *, where: str) -> bool:
-        """Delete the NLB and its target groups (upstream's order); whether there was
-        anything to delete."""
+    async def delete(
+        self,
+        name: str,
+        group_names: Sequence[str],
+        *,
+        where: str,
+        strays: tuple[str, str] | None = None,
+    ) -> bool:
+        """Delete the NLB and its target groups (upstream's order; `strays`: the Service's
+        key and UID, to also delete its stray groups); whether there was anything to
+        delete."""
         found = await self.describe(name)
         groups: list[Mapping[str, object]] = []
         if found is not None:
@@ -518,6 +587,13 @@ class Nlbs:
             log.info("aws.nlb-deleted", load_balancer=name)
         attached = {str(g.get("TargetGroupName")) for g in groups}
         groups += await self.target_groups_named([n for n in group_names if n not in attached])
+        if strays is not None:
+            seen = {str(g.get("TargetGroupArn")) for g in groups}
+            groups += [
+                g
+                for g in await self.stray_groups(target_group_prefix(strays[0]), strays[1])
+                if str(g.get("TargetGroupArn")) not in seen
+            ]
         for group in groups:
             await self._forgiving(
                 "DeleteTargetGroup", {"TargetGroupArn": str(group.get("TargetGroupArn"))}, where

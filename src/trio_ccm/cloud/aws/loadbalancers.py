@@ -46,11 +46,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+from trio_ccm.cloud.aws.annotations import (
+    INTERNAL,
+    LoadBalancerPlan,
+    kept_as,
+    kept_scheme,
+    plan,
+    target_nodes,
+)
 from trio_ccm.cloud.aws.annotations import TYPE as TYPE_ANNOTATION
-from trio_ccm.cloud.aws.annotations import LoadBalancerPlan, kept_as, plan, target_nodes
 from trio_ccm.cloud.aws.ec2 import Ec2Instance, chunks
 from trio_ccm.cloud.aws.elb import Clbs, group_name
-from trio_ccm.cloud.aws.elbv2 import Nlbs
+from trio_ccm.cloud.aws.elbv2 import Nlbs, every_page
 from trio_ccm.cloud.aws.errors import AwsError
 from trio_ccm.cloud.aws.instances import instance_id_from_provider_id
 from trio_ccm.cloud.aws.lookup import Ref
@@ -100,7 +107,6 @@ range, shared by every NLB (upstream's)."""
 NLB_GROUP_DESCRIPTION: Final = "[k8s] Managed SecurityGroup for LoadBalancer"
 _TAGS_PER_CALL: Final = 20
 _GROUPS_REMEMBERED: Final = 100_000
-_PAGE_SIZE: Final = 400
 _NOT_GROUP_NAME: Final = re.compile(r"[^a-zA-Z0-9-]")
 
 
@@ -114,6 +120,7 @@ class _Known:
     node_groups: frozenset[str]
     rules: frozenset[Rule]  # what each of the Nodes' groups holds for it
     status: LoadBalancerStatus
+    internal: bool = False  # its scheme
 
 
 def nlb_group_name(cluster: str, namespace: str, name: str, uid: str) -> str:
@@ -332,7 +339,7 @@ class AwsLoadBalancers:
         self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
     ) -> LoadBalancerStatus:
         """Create or update the Service's load balancer (see the module docstring)."""
-        lb_plan, found_nlb, warnings = await self._plan_type(service)
+        lb_plan, found_nlb, warnings, recorded = await self._plan_type(service)
         if not lb_plan.nlb_ports and not lb_plan.clb_listeners:
             raise ServiceRefused(f"Service {service.key}: no port to balance")
         instances = await self._instances(nodes, lb_plan.node_labels)
@@ -344,6 +351,7 @@ class AwsLoadBalancers:
                 ids,
                 security_groups=(own_group,) if own_group else lb_plan.security_groups,
                 found=found_nlb,
+                find_strays=not recorded,
             )
             if own_group:
                 # The NLB's own group: one rule on the Nodes' groups lets it in (as a Classic
@@ -357,14 +365,24 @@ class AwsLoadBalancers:
             if not own_group and self._context.config.nlb_security_group_mode == "Managed":
                 await self._drop_managed_group(cluster, service, lb_plan.name)
             status = _hostname(nlb.dns_name)
-            known = _Known(True, tuple(nlb.target_groups), frozenset(ids), opened, rules, status)
+            known = _Known(
+                True,
+                tuple(nlb.target_groups),
+                frozenset(ids),
+                opened,
+                rules,
+                status,
+                internal=lb_plan.internal,
+            )
         else:
             clb = await self._clbs.ensure(lb_plan, ids)
             own = clb.security_groups[0] if clb.security_groups else ""
             rules = frozenset({Rule("-1", -1, -1, group=own)}) if own else frozenset()
             opened = await self._open_node_groups(lb_plan, instances, rules, own)
             status = _hostname(clb.dns_name)
-            known = _Known(False, (), frozenset(ids), opened, rules, status)
+            known = _Known(
+                False, (), frozenset(ids), opened, rules, status, internal=lb_plan.internal
+            )
         self._known[lb_plan.name] = known
         log.info(
             "aws.load-balancer-ensured",
@@ -378,12 +396,14 @@ class AwsLoadBalancers:
 
     async def _plan_type(
         self, service: ServiceInfo
-    ) -> tuple[LoadBalancerPlan, Mapping[str, object] | None, tuple[str, ...]]:
-        """The plan, the NLB found (NLB plans), and the warnings for the Service's load
-        balancer. A change of type AWS cannot make (upstream refuses it) keeps the load
-        balancer as the type it is, planned from the Service as that type reads it
-        (`kept_as`): it keeps following the Service's ports, source ranges and Nodes, and the
-        refusal is a warning, not a verdict that would freeze it until the Service changes."""
+    ) -> tuple[LoadBalancerPlan, Mapping[str, object] | None, tuple[str, ...], bool]:
+        """The plan, the NLB found (NLB plans), the warnings for the Service's load
+        balancer, and whether the provider had a record of it (`_Known`; without one, an NLB
+        ensure also looks for stray target groups). A change of type AWS cannot make
+        (upstream refuses it) keeps the load balancer as the type it is, planned from the
+        Service as that type reads it (`kept_as`): it keeps following the Service's ports,
+        source ranges and Nodes, and the refusal is a warning, not a verdict that would
+        freeze it until the Service changes."""
         refusal: ServiceRefused | None = None
         try:
             lb_plan: LoadBalancerPlan | None = await self._plan(service)
@@ -396,16 +416,32 @@ class AwsLoadBalancers:
         warning = ""
         if (before is None or before.nlb != nlb) and (found_nlb is None if nlb else True):
             warning = await self._type_change(name, service.key, nlb=nlb)
+        warnings: list[str] = []
         if warning:
             kept, dropped = kept_as(service, nlb=not nlb)
             if dropped:
                 warning += f"; not applied to the kept load balancer: {', '.join(dropped)}"
+            warnings.append(warning)
             lb_plan = await self._plan(kept)
             found_nlb = None if nlb else await self._nlbs.describe(name)
+            service = kept
         elif refusal is not None:
             raise refusal
         assert lb_plan is not None
-        return lb_plan, found_nlb, (warning,) if warning else ()
+        if before is None or before.internal != lb_plan.internal:
+            # The scheme, which AWS cannot change either: kept as it is, as the type.
+            found = found_nlb if lb_plan.nlb else await self._clbs.describe(name)
+            scheme = str(found.get("Scheme") or "") if found is not None else ""
+            if scheme and (scheme == "internal") != lb_plan.internal:
+                warnings.append(
+                    f"Service {service.key}: annotation {INTERNAL}: the {lb_plan.kind} {name} "
+                    f"is {scheme} and AWS cannot change a load balancer's scheme; it is kept "
+                    f"{scheme}, following the Service's ports, source ranges and Nodes; set "
+                    "the annotation back, or delete the Service and create it again (a new "
+                    "load balancer, a new address)"
+                )
+                lb_plan = await self._plan(kept_scheme(service, internal=scheme == "internal"))
+        return lb_plan, found_nlb, tuple(warnings), before is not None
 
     async def _type_change(self, name: str, service: str, *, nlb: bool) -> str:
         """When the Service's load balancer exists as the other type than `nlb` says (its
@@ -638,6 +674,7 @@ class AwsLoadBalancers:
             service.key,
             self._group_names(service),
             [nlb_group_name(cluster, service.namespace, service.name, service.uid)],
+            uid=service.uid,
         )
 
     async def _delete(
@@ -648,9 +685,11 @@ class AwsLoadBalancers:
         nlb_groups: Sequence[str] = (),
         *,
         only: str = "",
+        uid: str = "",
     ) -> None:
         """Delete the load balancer named `name` of both types (`only`: "clb" or "nlb", that
-        type alone), and what was made for it."""
+        type alone), and what was made for it (with the Service's `uid`: also the stray
+        target groups of its older ports, `Nlbs.stray_groups`)."""
         context = self._context
         where = f"load balancer {name} (Service {service})"
         self._known.pop(name, None)
@@ -679,7 +718,12 @@ class AwsLoadBalancers:
         if only != "nlb":
             existed = await self._clbs.delete(name, where=where)
         if only != "clb":
-            existed = await self._nlbs.delete(name, target_groups, where=where) or existed
+            existed = (
+                await self._nlbs.delete(
+                    name, target_groups, where=where, strays=(service, uid) if uid else None
+                )
+                or existed
+            )
         for group in own:
             await delete_group(context.client, group.id, why=f"of load balancer {name}")
         log.info(
@@ -739,19 +783,9 @@ class AwsLoadBalancers:
     async def _all(self, api: str) -> list[Mapping[str, object]]:
         """Every load balancer of one ELB API (Marker paging)."""
         key = "LoadBalancers" if api == "elbv2" else "LoadBalancerDescriptions"
-        found: list[Mapping[str, object]] = []
-        marker = ""
-        while True:
-            params: dict[str, object] = {"PageSize": _PAGE_SIZE}
-            if marker:
-                params["Marker"] = marker
-            answer = await self._context.client.call(
-                api, "DescribeLoadBalancers", params, target="load balancers"
-            )
-            found += _mappings(answer.get(key))
-            marker = str(answer.get("NextMarker") or "")
-            if not marker:
-                return found
+        return await every_page(
+            self._context.client, api, "DescribeLoadBalancers", key, "load balancers"
+        )
 
     async def delete_leaked_load_balancer(self, cluster: str, lb: OwnedLoadBalancer) -> None:
         """Delete a listed load balancer and everything made for it."""
