@@ -34,7 +34,8 @@ Phases and figures:
   were sent. `bench_cpu_create_s`: this process's own (trio-ccm and the emulator).
   `provider`: the provider's pacing (writes that waited for a slot, ERROR replacements).
 
-The last line printed is the JSON of every figure.
+The last line printed is the JSON of every figure; after each phase, the figures so far go
+to stderr (a line starting `progress`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def occm_polls(active_after_s: float) -> tuple[int, float]:
         if at >= active_after_s:
             return i + 1, at
     return len(OCCM_POLLS), OCCM_POLLS[-1]
+
+
+def progress(figures: dict[str, Any]) -> None:
+    """The figures so far, to stderr: a run stopped before its end still has its phases."""
+    print("progress", json.dumps(figures), file=sys.stderr, flush=True)
 
 
 def octavia_calls(provider: OpenStackProvider) -> Counter[str]:
@@ -169,6 +175,7 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
         lbs = provider.load_balancers
         if isinstance(lbs, OpenStackLoadBalancers):
             figures["provider"] = lbs.statistics()
+        progress(figures)
 
         before = octavia_calls(provider)
         added = [f"{base}.{20 + args.nodes + i}" for i in range(args.added)]
@@ -204,6 +211,7 @@ async def main(args: argparse.Namespace, world: Any) -> dict[str, Any]:
         figures["nodeset_calls"] = dict(sorted(calls.items()))
         lbs_total = args.services + 1
         figures["nodeset_calls_per_lb"] = round(sum(calls.values()) / lbs_total, 2)
+        progress(figures)
 
         def settled() -> bool:  # the member updates applied: every load balancer ACTIVE
             prefix = f"kube_service_{cluster}_"

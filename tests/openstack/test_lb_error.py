@@ -1,16 +1,16 @@
-"""A load balancer in ERROR is deleted and made again, with a Warning Event, through the real
-controller against real Octavia and Neutron.
+"""A load balancer in ERROR is deleted and made again after the Service's replacement
+backoff, with a Warning Event naming it and the wait, through the real controller against
+real Octavia and Neutron.
 
 Octavia with the noop drivers never puts a load balancer in ERROR by itself, so the test
-world's fault proxy answers one `GET /v2/lbaas/loadbalancers/<id>` with Octavia's own answer
-for that load balancer, `provisioning_status` changed to ERROR (a body rule: the request
-reaches Octavia, its answer is rewritten). Everything else is real: the delete (cascade, with
-our floating IP) and the new load balancer, its floating IP and its id written back to the
+sets Octavia's own record to ERROR in its database (`put_load_balancer_in_error`), as its
+worker does when a flow fails. Everything else is real: the delete (cascade, with our
+floating IP) and the new load balancer, its floating IP and its id written back to the
 Service's `load-balancer-id` annotation."""
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,10 @@ LB_ID = "loadbalancer.openstack.org/load-balancer-id"
 
 async def test_a_load_balancer_in_error_is_replaced(openstack: Any, tmp_path: Path) -> None:
     """Seen in ERROR on the next ensure, the load balancer is deleted with its floating IP and
-    a Warning Event names it; the next try makes a new one, whose floating IP becomes the
-    Service's ingress and whose id is written back; deleting the Service leaves nothing."""
+    a Warning Event names it and the wait before its successor (the first replacement's
+    backoff, 5-10 s); then a new one is made (two creates in all), whose floating IP becomes
+    the Service's ingress and whose id is written back; deleting the Service leaves
+    nothing."""
     conn = openstack.sdk(admin=True)
     async with open_lb_cluster(openstack, tmp_path, "lberr") as c:
         c.add_nodes(2)
@@ -47,18 +49,10 @@ async def test_a_load_balancer_in_error_is_replaced(openstack: Any, tmp_path: Pa
                     return str(svc["metadata"].get("annotations", {}).get(LB_ID, ""))
 
                 await until(lambda: annotation() == old["id"])
-                answer = await sdk_call(
-                    lambda: conn.load_balancer.get(f"/lbaas/loadbalancers/{old['id']}").json()
-                )
-                answer["loadbalancer"]["provisioning_status"] = "ERROR"
-                path = rf"/lbaas/loadbalancers/{old['id']}$"
-                rule = openstack.faults.add(
-                    "load-balancer", method="GET", path=path, body=json.dumps(answer).encode()
-                )
+                openstack.put_load_balancer_in_error(old["id"])
                 # a change of the Service: the controller ensures its load balancer again,
-                # reads it first, and meets the rewritten answer (no read of ours meanwhile)
+                # reads it first, and finds it in ERROR
                 await c.patch("web", {"metadata": {"annotations": {"example.com/touch": "1"}}})
-                await until(lambda: rule.hits == 1)
 
                 async def replaced() -> bool:
                     lb = await sdk_call(lambda: c.read_lb("web"))
@@ -73,12 +67,17 @@ async def test_a_load_balancer_in_error_is_replaced(openstack: Any, tmp_path: Pa
                 await until(replaced)
                 new = await settled_lb(c, "web")
                 events = await c.events("SyncLoadBalancerFailed")
-                assert any(
-                    "was in ERROR" in e["message"]
-                    and old["id"] in e["message"]
-                    and e["type"] == "Warning"
+                said = [
+                    e["message"]
                     for e in events
-                )
+                    if f"({old['id']}) was in ERROR" in e["message"] and e["type"] == "Warning"
+                ]
+                assert len(said) == 1, said
+                wait = re.search(r"a new one is made in ([\d.]+) s \(replacement 1 ", said[0])
+                assert wait is not None, said[0]
+                assert 5 <= float(wait.group(1)) <= 10
+                creates = openstack.faults.seen("load-balancer", "POST", r"/loadbalancers$")
+                assert len(creates) == 2
                 gone = await sdk_call(
                     lambda: conn.load_balancer.find_load_balancer(old["id"], ignore_missing=True)
                 )

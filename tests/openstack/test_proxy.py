@@ -163,3 +163,24 @@ async def test_arrivals_are_dated_and_name_the_user_of_the_token(tmp_path: Path)
         ]
         assert before <= arrivals[0].at <= arrivals[-1].at <= time.time()
         nursery.cancel_scope.cancel()
+
+
+async def test_writes_peak_counts_the_writes_held_at_once(tmp_path: Path) -> None:
+    """Three POSTs held by a delay at once are a peak of three writes; reads and token
+    requests are not writes; `clear()` starts the count again."""
+    async with trio.open_nursery() as nursery:
+        _, faults, bound = await _open(nursery, tmp_path)
+        faults.add("load-balancer", method="POST", delay_s=0.5, times=3)
+        url = f"http://127.0.0.1:{bound['load-balancer']}/v2/lbaas/loadbalancers"
+        async with httpx.AsyncClient() as client, trio.open_nursery() as calls:
+            for _ in range(3):
+                calls.start_soon(partial(client.post, url, json={}))
+            for _ in range(4):
+                calls.start_soon(client.get, url)
+            keystone = f"http://127.0.0.1:{bound['identity']}/v3/auth/tokens"
+            calls.start_soon(partial(client.post, keystone, json={}))
+        assert faults.writes_peak("load-balancer") == 3
+        assert faults.writes_peak("identity") == 0
+        faults.clear()
+        assert faults.writes_peak("load-balancer") == 0
+        nursery.cancel_scope.cancel()
