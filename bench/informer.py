@@ -586,7 +586,7 @@ def build_phase(nodes: int, rounds: int) -> dict[str, float]:
             ("compared", NodeVersions(), True),
         ):
             wire = msgspec.json.Decoder(versions.wire)
-            line = msgspec.json.Decoder(Watched[versions.wire])
+            line = msgspec.json.Decoder(Watched[versions.wire])  # type: ignore[name-defined]
             for kind, lines in (("label", labels), ("heartbeat", beats)):
                 cache: dict[str, Any] = {}
                 memos: dict[str, Any] = {}
