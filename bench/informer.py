@@ -49,6 +49,7 @@ import argparse
 import cProfile
 import dataclasses
 import gc
+import math
 import platform
 import pstats
 import random
@@ -77,7 +78,8 @@ from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.events import EventRecorder
 from trio_ccm.kube.informer import Changed, Informer, Update
-from trio_ccm.kube.objects import NODES, SERVICES, Node, Service
+from trio_ccm.kube.objects import NODES, SERVICES, Node, Service, Watched, WatchEvent
+from trio_ccm.kube.versions import FullVersions, NodeVersions
 from trio_ccm.settings import Settings
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.cloud import SimCloud
@@ -558,6 +560,55 @@ async def e2e_phase(nodes: int, writes: int, writers: int, window: int) -> dict[
     }
 
 
+# -- build: decode to cache, the two ways -------------------------------------------------
+def build_phase(nodes: int, rounds: int) -> dict[str, float]:
+    """CPU per watch line from its bytes to the cached Node, without httpx, Trio or the
+    mailbox: the full decode (the line with its object raw, the object decoded whole, then
+    `share_unchanged` and `same_but_version`: `FullVersions`, what the informer did before)
+    against one parse into the wire form and compare-before-build (`NodeVersions`, what it
+    does now), for label changes and for heartbeats. Best of `rounds` alternating rounds."""
+    raw_event = msgspec.json.Decoder(WatchEvent)
+    labels = [
+        _encode({"type": "MODIFIED", "object": stored_node(i, nodes + 1 + i, 1)})
+        for i in range(nodes)
+    ]
+    beats = []
+    for i in range(nodes):
+        node = stored_node(i, nodes + 1 + i)
+        for condition in node["status"]["conditions"]:
+            condition["lastHeartbeatTime"] = "2026-11-21T11:11:11Z"
+        beats.append(_encode({"type": "MODIFIED", "object": node}))
+    listed = [_encode(stored_node(i, i + 1)) for i in range(nodes)]
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        for way, versions, one_parse in (
+            ("full", FullVersions(Node), False),
+            ("compared", NodeVersions(), True),
+        ):
+            wire = msgspec.json.Decoder(versions.wire)
+            line = msgspec.json.Decoder(Watched[versions.wire])  # type: ignore[name-defined]
+            for kind, lines in (("label", labels), ("heartbeat", beats)):
+                cache: dict[str, Any] = {}
+                memos: dict[str, Any] = {}
+                for body in listed:
+                    obj, memo, _ = versions.build(wire.decode(body), None, None)
+                    cache[obj.metadata.name], memos[obj.metadata.name] = obj, memo
+                gc.collect()
+                began = time.process_time()
+                for text in lines:
+                    if one_parse:
+                        got = line.decode(text).object
+                    else:
+                        got = wire.decode(raw_event.decode(text).object)
+                    key = got.metadata.name
+                    obj, memo, _ = versions.build(got, cache.get(key), memos.get(key))
+                    cache[key], memos[key] = obj, memo
+                us = (time.process_time() - began) / nodes * 1e6
+                name = f"build_{kind}_us_{way}"
+                best[name] = min(best.get(name, math.inf), us)
+    return best
+
+
 # -- main --------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -579,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--passes", type=int, default=20, help="lifecycle passes measured")
     parser.add_argument(
         "--only",
-        choices=("events", "memory", "e2e", "heartbeat", "lifecycle"),
+        choices=("events", "memory", "e2e", "heartbeat", "lifecycle", "build"),
         help="run one phase",
     )
     args = parser.parse_args(argv)
@@ -662,6 +713,17 @@ def main(argv: list[str] | None = None) -> None:
             f"per pass ({args.passes} passes)"
         )
         gc.collect()
+    build: dict[str, float] = {}
+    if args.only in (None, "build"):
+        build = build_phase(min(sizes) if args.quick else max(sizes), 1 if args.quick else 4)
+        print(
+            f"  build    line to cached Node, CPU per event: label change "
+            f"{build['build_label_us_full']:.1f} µs full decode, "
+            f"{build['build_label_us_compared']:.1f} µs compared first; heartbeat "
+            f"{build['build_heartbeat_us_full']:.1f} / "
+            f"{build['build_heartbeat_us_compared']:.1f} µs"
+        )
+        gc.collect()
     total_s = time.perf_counter() - began
 
     if profile is not None:
@@ -698,6 +760,7 @@ def main(argv: list[str] | None = None) -> None:
         figures["lifecycle_pass_us"] = round(lifecycle["pass_us"], 1)
         figures["lifecycle_first_pass_ms"] = round(lifecycle["first_pass_ms"], 1)
         figures["lifecycle_nodes"] = lifecycle["nodes"]
+    figures.update({name: round(us, 2) for name, us in build.items()})
     figures.update(
         {
             "events_per_round": events,

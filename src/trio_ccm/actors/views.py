@@ -44,7 +44,10 @@ def node_ref(node: Node) -> ObjectRef:
 
 
 def has_taint(node: Node, key: str) -> bool:
-    return any(t.key == key for t in node.spec.taints)
+    taints = node.spec.taints
+    if not taints:  # most Nodes: asked of every Node by periodic passes, so no generator
+        return False
+    return any(t.key == key for t in taints)
 
 
 def taints_json(node: Node) -> list[dict[str, JSONValue]]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 
 import httpx
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -35,6 +37,7 @@ from trio_ccm.cloud.sim import (
     default_load_balancer_name,
 )
 from trio_ccm.cloud.sim.instances import BULK_QUERY_LIMIT
+from trio_ccm.cloud.sim.wire import InstanceListWire
 from trio_ccm.errors import RetryAfter
 from trio_ccm_testbed.cloud import SimCloud
 
@@ -592,3 +595,17 @@ async def test_a_write_held_past_the_timeout_is_unknown_and_lands_late(
         with pytest.raises(SimCloudError) as read:
             await lbs.get_load_balancer(CLUSTER, _service())
         assert not isinstance(read.value, OutcomeUnknownError)
+
+
+def test_an_instance_listing_decodes_to_nothing_the_collector_tracks() -> None:
+    """A listing, decoded once per address-sync batch, is made of structs the garbage
+    collector does not track (gc=False) and tuples (which it stops tracking at its first
+    look), not of tracked structs and lists."""
+    body = b'{"instances": [{"id": "i-1", "name": "n", "internalIPs": ["10.0.0.1"]}]}'
+    listing = msgspec.json.decode(body, type=InstanceListWire)
+    (instance,) = listing.instances
+    assert instance.internal_ips == ("10.0.0.1",)
+    assert not gc.is_tracked(listing)
+    assert not gc.is_tracked(instance)
+    gc.collect()
+    assert not gc.is_tracked(listing.instances)

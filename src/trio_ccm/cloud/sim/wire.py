@@ -5,20 +5,22 @@ from __future__ import annotations
 import msgspec
 
 
-class InstanceWire(msgspec.Struct, frozen=True, rename="camel"):
+class InstanceWire(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    # gc=False and tuples: an address sync decodes N of these per period, and none is
+    # a container the garbage collector must track (they hold no cycles).
     id: str
     name: str
     instance_type: str = ""
     zone: str = ""
     region: str = ""
-    internal_ips: list[str] = msgspec.field(default_factory=list, name="internalIPs")
-    external_ips: list[str] = msgspec.field(default_factory=list, name="externalIPs")
+    internal_ips: tuple[str, ...] = msgspec.field(default=(), name="internalIPs")
+    external_ips: tuple[str, ...] = msgspec.field(default=(), name="externalIPs")
     hostname: str = ""
     state: str = "running"
 
 
-class InstanceListWire(msgspec.Struct, frozen=True):
-    instances: list[InstanceWire]
+class InstanceListWire(msgspec.Struct, frozen=True, gc=False):
+    instances: tuple[InstanceWire, ...]
 
 
 class IngressWire(msgspec.Struct, frozen=True):
