@@ -4,6 +4,7 @@ collector tuning, at small sizes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import json
 import signal
@@ -28,6 +29,7 @@ from trio_ccm_testbed.split import (
 )
 from trio_ccm_testbed.testbed import Testbed
 
+EPOCH = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)  # the kubelets' virtual wall clock
 LIMIT_S = 90.0  # processes start slowly on a loaded machine; a run past this has hung
 
 
@@ -109,7 +111,13 @@ async def test_world_builder_registers_nodes_the_kubelets_then_only_heartbeat(
     assert bool(first["spec"].get("providerID")) is initialised
     assert bool(first["spec"].get("taints")) is not initialised
     versions = {name: node["metadata"]["resourceVersion"] for name, node in built.items()}
-    testbed = Testbed(api, SimCloud(seed=1), heartbeat_s=10.0, node_lease_s=None)
+    testbed = Testbed(
+        api,
+        SimCloud(seed=1),
+        heartbeat_s=10.0,
+        node_lease_s=None,
+        now=lambda: EPOCH + dt.timedelta(seconds=trio.current_time()),  # beats change it
+    )
     testbed.add_nodes(25, initialised=initialised, registered=True)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
