@@ -4,13 +4,19 @@
 
 For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
 
-1. **The cluster.** `trio-ccm testbed` runs in its own process: the emulator and the
-   simulated cloud on loopback, with N running instances whose kubelets register their Nodes
-   already initialised, as in a running cluster (`--initialised`: provider ID, topology
-   labels, IPs, no taint), post their status every `--heartbeat` (5 min, the kubelet's
-   `--node-status-report-frequency`; `--no-node-leases`: the kubelets' Lease writes do not
-   reach a CCM). The load-balancer pool is `--lb-network 10.128.0.0/9`. The bench then
-   creates 5,000 Services over HTTP, 250 of them `type: LoadBalancer` (the issue's mix).
+1. **The cluster**, in two processes (`trio_ccm_testbed.split`), so that the emulator
+   serving the CCM is not also the world's builder and 100,000 kubelets: `split emulator`
+   serves the Kubernetes API alone on loopback (its collector tuned for a large stored
+   world, a lag watch logging every stall of its loop of 1 s or more), and `split kubelets`
+   runs the simulated cloud on loopback with N running instances whose kubelets register
+   their Nodes through the emulator's HTTP door, already initialised, as in a running
+   cluster (`--initialised`: provider ID, topology labels, IPs, no taint), then post their
+   status every `--heartbeat` (5 min, the kubelet's `--node-status-report-frequency`,
+   counted from when the world is built; `--no-node-leases`: the kubelets' Lease writes do
+   not reach a CCM). A progress line every 10,000 Nodes registered gives the count, the
+   time and both processes' RSS. The load-balancer pool is `--lb-network 10.128.0.0/9`.
+   The bench then creates 5,000 Services over HTTP, 250 of them `type: LoadBalancer` (the
+   issue's mix).
 2. **The CCM**, `trio-ccm` with the deployment's flags (deploy/deployment.yaml:
    `--cloud-provider=sim --leader-elect=true --configure-cloud-routes=false`, TLS on the
    secure port), out of cluster (`--kubeconfig`), `--kube-api-qps=200 --kube-api-burst=400`
@@ -176,11 +182,15 @@ def emulator_lags(log: Path) -> tuple[int, list[float], float]:
     lags: list[float] = []
     steps: list[float] = []
     longest = 0.0
+    watching = False  # the world's build (before the watch) serves no one: not counted
     with log.open() as lines:
         for line in lines:
             if '"testbed.lag' not in line and '"trio.stall"' not in line:
                 continue
             record = json.loads(line)
+            watching = watching or record["event"] == "testbed.lag-watch"
+            if not watching:
+                continue
             if record["event"] == "testbed.lag":
                 lags.append(float(record["seconds"]))
             elif record["event"] == "testbed.lag-summary":
@@ -413,9 +423,22 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
         "emulator",
         "--seed=1",
         f"--kubeconfig-out={tmp / 'kubeconfig'}",
+        f"--nodes={n}",  # the world's builder: registers them, as their kubelets would
+        *([] if sizes.wave else ["--initialised"]),
+        f"--lb-network={LB_NETWORK}",
+        f"--progress-every={PROGRESS_EVERY}",
     ]
     with process(emulator_args, tmp / "emulator.log") as emulator:
-        api_url = read_until(emulator, r"apiserver listening on (\S+)", 60).group(1)
+
+        def built(line: str) -> None:
+            if line.startswith("registered "):
+                say(f"  building: {line}; RSS {rss_bytes(emulator.pid) / 2**20:,.0f} MB")
+
+        listening = await trio.to_thread.run_sync(
+            read_until, emulator, r"apiserver listening on (\S+)", 3600.0, built
+        )
+        api_url = listening.group(1)
+        say(f"the emulator serves {n:,} Nodes after {time.monotonic() - started:.0f} s")
         kubelets_args = [
             sys.executable,
             "-m",
@@ -424,6 +447,7 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
             f"--server={api_url}",
             f"--nodes={n}",
             *([] if sizes.wave else ["--initialised"]),
+            "--registered",  # by the emulator's builder: the kubelets only heartbeat
             f"--lb-network={LB_NETWORK}",
             "--no-node-leases",
             f"--heartbeat={HEARTBEAT}",
@@ -847,7 +871,8 @@ def main(argv: list[str] | None = None) -> None:
         for wave in waves
     ]
     print(
-        "scale: trio-ccm in its own process, as deployed, against `trio-ccm testbed` in another;"
+        "scale: trio-ccm in its own process, as deployed, against the split testbed (emulator;"
+        " kubelets and cloud) in two others;"
         f" {args.services or 5000:,} Services ({args.lb_services or 250} LoadBalancer)"
     )
     print(machine_line() + "\n", flush=True)

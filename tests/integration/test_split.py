@@ -4,6 +4,7 @@ collector tuning, at small sizes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
 import json
 import signal
@@ -18,8 +19,17 @@ import trio
 import trio.testing
 
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
-from trio_ccm_testbed.split import LagWatch, kubelets_client, tune_collector, watch_progress
+from trio_ccm_testbed.cloud import SimCloud
+from trio_ccm_testbed.split import (
+    LagWatch,
+    kubelets_client,
+    register_nodes,
+    tune_collector,
+    watch_progress,
+)
+from trio_ccm_testbed.testbed import Testbed
 
+EPOCH = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)  # the kubelets' virtual wall clock
 LIMIT_S = 90.0  # processes start slowly on a loaded machine; a run past this has hung
 
 
@@ -74,6 +84,54 @@ async def test_world_builder_says_each_ten_thousand_then_the_total(
         await watch_progress(lambda: next(polled), 25, every=10, say=said.append)
     assert [line.split(" Nodes")[0] for line in said] == lines
     assert all("after" in line and "MB" in line for line in said)
+
+
+@pytest.mark.parametrize(
+    "initialised", [pytest.param(True, id="initialised"), pytest.param(False, id="new-and-tainted")]
+)
+async def test_world_builder_registers_nodes_the_kubelets_then_only_heartbeat(
+    autojump_clock: trio.testing.MockClock, initialised: bool
+) -> None:
+    """The builder registers each Node as its kubelet would (the kubelet's manifest, managed
+    fields under "kubelet"), saying its progress; kubelets of a replica cloud (same seed)
+    adopt those Nodes without a write, and their first heartbeat writes each one again."""
+    api = ApiServer(seed=1)
+    said: list[str] = []
+    await register_nodes(
+        api, SimCloud(seed=1), 25, initialised=initialised, every=10, say=said.append
+    )
+    assert [line.split(" Nodes")[0] for line in said] == [
+        "registered 10 of 25",
+        "registered 20 of 25",
+        "registered 25 of 25",
+    ]
+    built = {f"node-{i:04d}": api.get("v1", "Node", f"node-{i:04d}") for i in range(1, 26)}
+    first = built["node-0001"]
+    assert [m["manager"] for m in first["metadata"]["managedFields"]] == ["kubelet"]
+    assert bool(first["spec"].get("providerID")) is initialised
+    assert bool(first["spec"].get("taints")) is not initialised
+    versions = {name: node["metadata"]["resourceVersion"] for name, node in built.items()}
+    testbed = Testbed(
+        api,
+        SimCloud(seed=1),
+        heartbeat_s=10.0,
+        node_lease_s=None,
+        now=lambda: EPOCH + dt.timedelta(seconds=trio.current_time()),  # beats change it
+    )
+    testbed.add_nodes(25, initialised=initialised, registered=True)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(testbed.serve)
+            adopted = {
+                name: api.get("v1", "Node", name)["metadata"]["resourceVersion"] for name in built
+            }
+            await trio.sleep(10.5)  # every first beat is in (0, 10] s
+            nursery.cancel_scope.cancel()
+    assert adopted == versions  # no write to adopt them
+    assert testbed.statistics().registrations == 25
+    assert testbed.statistics().heartbeats >= 25  # (a beat due near 0 s beats twice)
+    for name in built:
+        assert api.get("v1", "Node", name)["metadata"]["resourceVersion"] != versions[name]
 
 
 def test_tuned_collector_never_walks_the_old_generation() -> None:

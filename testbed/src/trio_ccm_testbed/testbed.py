@@ -36,7 +36,9 @@ real kubelet registers once per start). The cloud is polled every `poll_s` (1 s)
 the `SimCloud` Python API, so instances added, stopped, started or terminated through the
 simulated cloud's HTTP admin API (docs/sim-cloud.md) take effect within that time;
 `add_nodes` adds instances and takes effect at once. Kubelets write through the emulator's
-in-process transport, so all of this runs under `trio.testing.MockClock`.
+in-process transport, so all of this runs under `trio.testing.MockClock`; given a
+`KubeClient` instead of the emulator, they write through it (an emulator in another process,
+over loopback HTTP: `trio_ccm_testbed.split`), at most `max_in_flight` (64) writes at once.
 
 ```python
 api, cloud = ApiServer(seed=1), SimCloud(seed=1)
@@ -93,6 +95,7 @@ __all__ = [
     "FleetRoute",
     "Testbed",
     "TestbedStatistics",
+    "launch_instances",
     "node_manifest",
 ]
 
@@ -253,6 +256,30 @@ def node_manifest(
     }
 
 
+def launch_instances(cloud: SimCloud, count: int) -> list[Instance]:
+    """Launch `count` running instances `node-NNNN` in `cloud` (numbered on from the highest
+    such name), spread over three zones and three instance types (`Testbed.add_nodes`). Two
+    clouds of the same seed and pools launch the same instances (ids, IPs)."""
+    if count < 0:
+        raise ValueError(f"count={count}: cannot add a negative number of nodes")
+    highest = 0
+    for instance in cloud.instances():
+        match = _NAME_RE.fullmatch(instance.name)
+        if match:
+            highest = max(highest, int(match.group(1)))
+    added = []
+    for number in range(highest + 1, highest + 1 + count):
+        index = number - 1
+        added.append(
+            cloud.add_instance(
+                f"node-{number:04d}",
+                zone=f"{cloud.region}{ZONE_SUFFIXES[index % len(ZONE_SUFFIXES)]}",
+                instance_type=INSTANCE_TYPES[index % len(INSTANCE_TYPES)],
+            )
+        )
+    return added
+
+
 @dataclass(frozen=True)
 class TestbedStatistics:
     """What the simulated kubelets have done so far."""
@@ -320,6 +347,7 @@ class _Kubelet:
 class Testbed:
     """Kubelets for the instances of `cloud`, registering Nodes in `api` (module docstring).
 
+    `api` is the emulator (written to in-process), or a client of one (`KubeClient`).
     `cloud` is the simulated cloud, or any `Fleet` (`add_nodes` needs the simulated cloud).
 
     `token` is the bearer token to present when `api` requires one. `now` is the wall clock
@@ -382,6 +410,7 @@ class Testbed:
             self.kube_proxy = KubeProxy(self._kube, cloud, replicas=pods)
         self._kubelets: dict[str, _Kubelet] = {}
         self._initialised: set[str] = set()  # instances whose Node registers initialised
+        self._registered: set[str] = set()  # instances whose Node a world builder registered
         self._wake = trio.Event()
         self._built = trio.Event()  # the Nodes of the instances running at start registered
         self._registrations = 0
@@ -395,35 +424,26 @@ class Testbed:
         return self._kube
 
     # -- the fleet ------------------------------------------------------------------------
-    def add_nodes(self, count: int, *, initialised: bool = False) -> list[Instance]:
+    def add_nodes(
+        self, count: int, *, initialised: bool = False, registered: bool = False
+    ) -> list[Instance]:
         """Launch `count` running instances `node-NNNN` (numbered on from the highest such
         name), spread over three zones and three instance types; their Nodes register as
-        soon as `serve` sees them (at once when it runs), `initialised` or as new Nodes."""
-        if count < 0:
-            raise ValueError(f"count={count}: cannot add a negative number of nodes")
+        soon as `serve` sees them (at once when it runs), `initialised` or as new Nodes.
+        `registered`: their Nodes are in the API already (`register_nodes` put them there,
+        for the same instances of a cloud with the same seed): each kubelet starts as one
+        restarting on its registered Node, and only heartbeats."""
         cloud = self.cloud
         if not isinstance(cloud, SimCloud):
             raise TypeError(
                 f"add_nodes launches instances in the simulated cloud, not in {cloud!r}: "
                 "launch them in that cloud (the testbed follows within poll_s)"
             )
-        highest = 0
-        for instance in cloud.instances():
-            match = _NAME_RE.fullmatch(instance.name)
-            if match:
-                highest = max(highest, int(match.group(1)))
-        added = []
-        for number in range(highest + 1, highest + 1 + count):
-            index = number - 1
-            added.append(
-                cloud.add_instance(
-                    f"node-{number:04d}",
-                    zone=f"{cloud.region}{ZONE_SUFFIXES[index % len(ZONE_SUFFIXES)]}",
-                    instance_type=INSTANCE_TYPES[index % len(INSTANCE_TYPES)],
-                )
-            )
+        added = launch_instances(cloud, count)
         if initialised:
             self._initialised.update(instance.id for instance in added)
+        if registered:
+            self._registered.update(instance.id for instance in added)
         self._wake.set()
         return added
 
@@ -613,6 +633,13 @@ class Testbed:
 
     async def _register(self, kubelet: _Kubelet, instance: FleetInstance) -> None:
         """Create the Node (retrying failures); if it exists, post Ready=True on it."""
+        if instance.id in self._registered:  # registered by the world's builder, Ready
+            self._registered.discard(instance.id)  # (a later start registers as usual)
+            kubelet.registered = True
+            kubelet.ready = "True"
+            self._registrations += 1
+            kubelet.up.set()
+            return
         while True:
             try:
                 async with self._writes:

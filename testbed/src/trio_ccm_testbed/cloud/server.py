@@ -9,7 +9,9 @@ cloud) the clock reads minus infinity: changes made there are visible at once.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import math
+import operator
 import random
 import time
 from collections import Counter
@@ -90,6 +92,14 @@ class _Endpoint:
     method: str
     target: str
     run: Callable[[float], Response]
+
+
+def _sorted_unique(names: list[str]) -> tuple[str, ...]:
+    """`names` sorted, each once; a list already strictly increasing (as a CCM's sorted node
+    set is) is taken as it is: sorting 100,000 names from a set cost 0.2 s per call."""
+    if all(map(operator.lt, names, itertools.islice(names, 1, None))):
+        return tuple(names)
+    return tuple(sorted(set(names)))
 
 
 class SimCloud:
@@ -579,7 +589,7 @@ class SimCloud:
             cluster=cluster,
             service=body.service,
             ports=ports,
-            nodes=tuple(sorted(set(body.nodes))),
+            nodes=_sorted_unique(body.nodes),
             ingress_ip=ingress_ip,
             hostname=f"{name}.{self.region}.lb.sim" if self.lb_hostnames else "",
             created_at=created_at,
