@@ -41,7 +41,12 @@ from typing import Final
 
 import trio
 
-from trio_ccm.actors.backoff import SERVICE_RETRY_BASE_S, SERVICE_RETRY_CAP_S, Backoff
+from trio_ccm.actors.backoff import (
+    SERVICE_RETRY_BASE_S,
+    SERVICE_RETRY_CAP_S,
+    Backoff,
+    retry_after_s,
+)
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message, Reverify
 from trio_ccm.actors.lb_feeds import LbFeeds
@@ -196,6 +201,12 @@ class _LbTerm(LbFeeds):
                 message=f"Error deleting load balancer: {exc}",
             )
         if not record.gone:
+            waited = record.waiting
+            record.waiting = retry_after_s(exc) is not None
+            if waited and record.waiting:  # still waiting: told once per streak
+                log.info("service.still-waiting", service=key, reason=str(exc))
+                self.node_sync.done(key, failed=True)
+                return
             prefix = "" if record.failing in ("", "delete") else f"{record.failing}: "
             warn(
                 self.ctx,
@@ -254,6 +265,7 @@ class _LbTerm(LbFeeds):
             force=force,
         )
         written = await self.carry_out(key, record, service, backends, step)
+        record.waiting = False
         self.node_sync.done(key)
         return written
 

@@ -19,14 +19,16 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from tests.helpers.services import FINALIZER, JITTER, expected_delays
-from tests.helpers.world import ProviderDouble, World, moments, open_world
+from tests.helpers.world import LoadBalancersDouble, ProviderDouble, World, moments, open_world
 from trio_ccm.cloud.provider import (
     ImplementedElsewhere,
     LoadBalancerIngress,
+    LoadBalancers,
     LoadBalancerStatus,
     NodeInfo,
     ServiceInfo,
 )
+from trio_ccm.errors import RetryAfter
 from trio_ccm.testing import lb_name, make_service, wait_for
 from trio_ccm.testing.harness import Write
 
@@ -704,3 +706,63 @@ async def test_provider_status_shape(autojump_clock: trio.testing.MockClock) -> 
             {"ip": lb.ingress_ip, "hostname": lb.hostname}
         ]
         assert status_writes(world, "web") == [0.0, 0.0]
+
+
+class Provisioning(LoadBalancersDouble):
+    """The sim provider's load balancers, whose first `rounds` ensures answer "still
+    provisioning, look again in 2 s" (as Octavia's PENDING_CREATE does), then `error` once
+    if given, then pass through."""
+
+    def __init__(self, inner: LoadBalancers, rounds: int, error: Exception | None) -> None:
+        super().__init__(inner)
+        self.answers: list[Exception] = [PENDING] * rounds
+        if error is not None:
+            self.answers += [error, PENDING]
+
+    async def ensure_load_balancer(
+        self, cluster: str, service: ServiceInfo, nodes: Sequence[NodeInfo]
+    ) -> LoadBalancerStatus:
+        if self.answers:
+            raise self.answers.pop(0)
+        return await self.inner.ensure_load_balancer(cluster, service, nodes)
+
+
+PENDING = RetryAfter(2.0, "load balancer lb-1 is PENDING_CREATE; looking again in 2 s")
+BROKEN = RuntimeError("the cloud answered 503")
+
+
+@pytest.mark.parametrize(
+    ("error", "warnings"),
+    [
+        pytest.param(None, {PENDING: 1}, id="one-streak"),
+        pytest.param(BROKEN, {PENDING: 2, BROKEN: 1}, id="broken-in-between"),
+    ],
+)
+async def test_waiting_out_a_provisioning_load_balancer_is_one_warning(
+    autojump_clock: trio.testing.MockClock,
+    error: Exception | None,
+    warnings: dict[Exception, int],
+) -> None:
+    """Six rounds of RetryAfter while a load balancer provisions give one Warning Event, not
+    six (they would use up the Service's Event budget); another failure in between starts
+    a new streak, told again (the identical Event's count goes to 2)."""
+    wrap = partial_wrap(rounds=6, error=error)
+    with trio.fail_after(300):
+        async with open_world() as world:
+            world.register("node-a", taints=[])
+            world.api.create(make_service("web"))
+            async with world.running(SERVICE_LB, wrap=wrap):
+                await wait_for(
+                    lambda: bool(world.service("web").get("status", {}).get("loadBalancer"))
+                )
+                await trio.sleep(QUIET_S)
+            failed = [e for e in await world.events() if e["reason"] == "SyncLoadBalancerFailed"]
+    told = {e["message"].removeprefix("Error syncing load balancer: "): e["count"] for e in failed}
+    assert told == {str(w): n for w, n in warnings.items()}
+
+
+def partial_wrap(*, rounds: int, error: Exception | None) -> Any:
+    def wrap(sim: Any) -> ProviderDouble:
+        return ProviderDouble(sim, load_balancers=Provisioning(sim.load_balancers, rounds, error))
+
+    return wrap
