@@ -270,5 +270,5 @@ async def test_emulator_process_serves_and_reports_its_longest_lag(tmp_path: Pat
     summary = [r for r in records if r["event"] == "testbed.lag-summary"]
     assert len(summary) == 1
     assert summary[0]["threshold_s"] == 1.0
-    assert summary[0]["wakes"] > 0
+    assert summary[0]["max_seconds"] >= 0.0
     assert summary[0]["lags"] == sum(1 for r in records if r["event"] == "testbed.lag")

@@ -5,16 +5,20 @@ Trio thread. At 100,000 Nodes that thread also built the world (minutes of regis
 and took 333 heartbeats a second, and its collector walked the 4.7 GB of stored objects: it
 answered the CCM seconds late. Here the world is two processes:
 
-- the **emulator process** (`python -m trio_ccm_testbed.split emulator`) serves only the
-  Kubernetes API on loopback HTTP. Its collector is tuned for a large stored world
-  (`tune_collector`: young collections only; the stored objects are never walked again),
+- the **emulator process** (`python -m trio_ccm_testbed.split emulator`) first builds the
+  world (`--nodes N`: `register_nodes` registers each Node as its kubelet would, through
+  the emulator's own request handler, a progress line every `--progress-every` Nodes),
+  then serves only the Kubernetes API on loopback HTTP. Its collector is tuned for a large
+  stored world (`tune_collector`: young collections only; the stored objects are never
+  walked again),
   and a `LagWatch` task logs every lag of its loop of `--lag-threshold` (1 s) or more
   (`testbed.lag`) and, when it stops, the longest (`testbed.lag-summary`);
 - the **kubelets process** (`python -m trio_ccm_testbed.split kubelets --server URL`) runs
   the simulated cloud (on loopback HTTP, its admin API included: instances added there get
-  kubelets within a second) and the `Testbed` whose kubelets register and heartbeat their
-  Nodes through the emulator's HTTP door, as any other client; it prints a progress line
-  every `--progress-every` (10,000) Nodes registered, then `N nodes registered`.
+  kubelets within a second) and the `Testbed` whose kubelets heartbeat their Nodes (and
+  register new ones; `--registered`: the emulator built the `--nodes`) through the
+  emulator's HTTP door, as any other client; it prints a progress line every
+  `--progress-every` (10,000) Nodes registered, then `N nodes registered`.
 
 `bench/scale.py` starts both. Each refuses a non-loopback address.
 """
