@@ -191,10 +191,11 @@ class Record:
     """Trio time until which a call whose outcome is unknown may still land (None: none)."""
     failing: str = ""
     """What the sync in flight is doing, for the failure's Event ("": syncing)."""
-    waiting: bool = False
-    """A `RetryAfter` was reported with a Warning in this streak (say a load balancer still
-    PENDING_CREATE): the rounds after it are logged, not Events, until the sync succeeds or
-    fails otherwise, so waiting does not use up the Service's Event budget."""
+    waiting: str = ""
+    """The `RetryAfter` last told with a Warning in this streak, its numbers left out (say
+    "load balancer ... is PENDING_CREATE; looking again in # s"): rounds that say the same
+    are logged, not Events, until the sync succeeds or says something else, so waiting does
+    not use up the Service's Event budget."""
     gone: bool = False
     """The sync in flight handles a Gone (its failure is reported as a delete only)."""
     orphaned: bool = False

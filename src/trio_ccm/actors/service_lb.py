@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from functools import partial
 from typing import Final
@@ -99,6 +100,7 @@ from trio_ccm.logs import get_logger
 __all__ = ["ServiceLbController", "ServiceMetrics", "wants_load_balancer"]
 
 log = get_logger("trio_ccm.actors.service_lb")
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # "looking again in 1.4 s" says the same as in 2.8 s
 
 MIN_CONCURRENCY: Final = 100
 VERIFY_SHARE: Final = 0.5  # of the load-balancer family's rate, for re-verification
@@ -202,8 +204,8 @@ class _LbTerm(LbFeeds):
             )
         if not record.gone:
             waited = record.waiting
-            record.waiting = retry_after_s(exc) is not None
-            if waited and record.waiting:  # still waiting: told once per streak
+            record.waiting = _NUMBERS.sub("#", str(exc)) if retry_after_s(exc) is not None else ""
+            if waited and record.waiting == waited:  # still waiting, as told: a log line
                 log.info("service.still-waiting", service=key, reason=str(exc))
                 self.node_sync.done(key, failed=True)
                 return
@@ -265,7 +267,7 @@ class _LbTerm(LbFeeds):
             force=force,
         )
         written = await self.carry_out(key, record, service, backends, step)
-        record.waiting = False
+        record.waiting = ""
         self.node_sync.done(key)
         return written
 

@@ -710,12 +710,16 @@ async def test_provider_status_shape(autojump_clock: trio.testing.MockClock) -> 
 
 class Provisioning(LoadBalancersDouble):
     """The sim provider's load balancers, whose first `rounds` ensures answer "still
-    provisioning, look again in 2 s" (as Octavia's PENDING_CREATE does), then `error` once
-    if given, then pass through."""
+    provisioning, look again in 2 s, 3 s, ..." (as Octavia's PENDING_CREATE does), then
+    `error` once and PENDING once more if given, then pass through."""
 
     def __init__(self, inner: LoadBalancers, rounds: int, error: Exception | None) -> None:
         super().__init__(inner)
-        self.answers: list[Exception] = [PENDING] * rounds
+        self.answers: list[Exception] = [PENDING]
+        self.answers += [
+            RetryAfter(2 + i, f"load balancer lb-1 is PENDING_CREATE; looking again in {2 + i} s")
+            for i in range(1, rounds)
+        ]
         if error is not None:
             self.answers += [error, PENDING]
 
@@ -729,6 +733,7 @@ class Provisioning(LoadBalancersDouble):
 
 PENDING = RetryAfter(2.0, "load balancer lb-1 is PENDING_CREATE; looking again in 2 s")
 BROKEN = RuntimeError("the cloud answered 503")
+REPLACED = RetryAfter(7.5, "load balancer lb-1 was in ERROR: deleted, a new one in 7.5 s")
 
 
 @pytest.mark.parametrize(
@@ -736,6 +741,7 @@ BROKEN = RuntimeError("the cloud answered 503")
     [
         pytest.param(None, {PENDING: 1}, id="one-streak"),
         pytest.param(BROKEN, {PENDING: 2, BROKEN: 1}, id="broken-in-between"),
+        pytest.param(REPLACED, {PENDING: 2, REPLACED: 1}, id="something-else-in-between"),
     ],
 )
 async def test_waiting_out_a_provisioning_load_balancer_is_one_warning(
@@ -743,9 +749,10 @@ async def test_waiting_out_a_provisioning_load_balancer_is_one_warning(
     error: Exception | None,
     warnings: dict[Exception, int],
 ) -> None:
-    """Six rounds of RetryAfter while a load balancer provisions give one Warning Event, not
-    six (they would use up the Service's Event budget); another failure in between starts
-    a new streak, told again (the identical Event's count goes to 2)."""
+    """Six rounds of RetryAfter while a load balancer provisions ("looking again in 2 s",
+    "3 s", ...) give one Warning Event, not six (they would use up the Service's Event
+    budget); another failure, or a RetryAfter that says something else (a replacement),
+    is told, and the PENDING after it is told again (the identical Event's count: 2)."""
     wrap = partial_wrap(rounds=6, error=error)
     with trio.fail_after(300):
         async with open_world() as world:
