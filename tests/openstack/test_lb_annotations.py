@@ -10,20 +10,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from tests.openstack.lbworld import lb_annotations, open_lb_cluster, running, sdk_call, until
+from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
+    lb_annotations,
+    open_lb_cluster,
+    running,
+    sdk_call,
+    until,
+)
 from trio_ccm.cloud.openstack.lbconfig import INTERNAL
 
 SERVICES = ("local", "ranges", "xff", "udp", "proxy", "internal")
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 async def test_annotations_shape_the_load_balancers(openstack: Any, tmp_path: Path) -> None:

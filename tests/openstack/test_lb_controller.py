@@ -8,17 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from tests.openstack.lbworld import open_lb_cluster, running, sdk_call, settled_lb, until
-
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
+from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
+    open_lb_cluster,
+    running,
+    sdk_call,
+    settled_lb,
+    until,
 )
+
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 async def test_a_service_gets_occms_load_balancer_and_leaves_nothing(

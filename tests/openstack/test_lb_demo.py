@@ -19,17 +19,12 @@ import prometheus_client
 import pytest
 import trio
 
-from tests.openstack.lbworld import sdk_call
+from tests.openstack.lbworld import CUT_REPLICA_WARNINGS, sdk_call
 from trio_ccm.cli.process import Shutdown, aclose_provider
 from trio_ccm_testbed import cli
 from trio_ccm_testbed.openstack.bootstrap import EXTERNAL_CIDR
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 CLUSTER = "lbdemo"
 SERVICES = 2

@@ -14,17 +14,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from tests.openstack.lbworld import open_lb_cluster, running, sdk_call, settled_lb, until
-
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
+from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
+    open_lb_cluster,
+    running,
+    sdk_call,
+    settled_lb,
+    until,
 )
+
+pytestmark = CUT_REPLICA_WARNINGS
 
 LB_ID = "loadbalancer.openstack.org/load-balancer-id"
 

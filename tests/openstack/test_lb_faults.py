@@ -9,17 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
-from tests.openstack.lbworld import open_lb_cluster, running, sdk_call, until
+from tests.openstack.lbworld import CUT_REPLICA_WARNINGS, open_lb_cluster, running, sdk_call, until
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 async def test_lost_and_refused_answers_end_in_one_load_balancer(

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
     LbCluster,
     kube_system_uid,
     open_lb_cluster,
@@ -26,12 +26,7 @@ from tests.openstack.lbworld import (
 )
 from trio_ccm.cloud.openstack.provider import OpenStackProvider
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 LB_ID = "loadbalancer.openstack.org/load-balancer-id"
 OWNER = "trio-ccm.owner="

@@ -12,14 +12,15 @@ import pytest
 import trio
 
 from tests.helpers.processes import ccm_process, serve_kubeconfig
-from tests.openstack.lbworld import LbCluster, open_lb_cluster, sdk_call, until
-
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
+from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
+    LbCluster,
+    open_lb_cluster,
+    sdk_call,
+    until,
 )
+
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 def ccm_flags(c: LbCluster, kubeconfig: Path) -> list[str]:

@@ -12,10 +12,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
     lb_annotations,
     open_lb_cluster,
     provider_for,
@@ -26,12 +26,7 @@ from tests.openstack.lbworld import (
 )
 from trio_ccm.cloud.openstack.provider import OpenStackProvider
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 def octavia_calls(provider: OpenStackProvider) -> Counter[str]:

@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from tests.openstack.lbworld import (
+    CUT_REPLICA_WARNINGS,
     POLL_S,
     open_lb_cluster,
     provider_for,
@@ -32,12 +33,7 @@ from trio_ccm.cloud.openstack.loadbalancers import replace_backoff_s
 from trio_ccm.cloud.openstack.octavia import WRITE_PATIENCE_S, Octavia
 from trio_ccm.errors import RetryAfter
 
-# A replica cancelled at the end of its block with a request to OpenStack in flight leaves
-# httpcore's socket to the garbage collector (ResourceWarning), not a fault of the test.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:unclosed <socket:ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
+pytestmark = CUT_REPLICA_WARNINGS
 
 
 class HeldApi:

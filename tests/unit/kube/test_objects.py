@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
+from tests.helpers.wire import NODE
 from trio_ccm.kube.objects import (
     LEASES,
     NODES,
@@ -17,49 +17,6 @@ from trio_ccm.kube.objects import (
     Service,
     share_unchanged,
 )
-
-NODE: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {
-        "name": "node-1",
-        "uid": "u1",
-        "resourceVersion": "7",
-        "labels": {"kubernetes.io/hostname": "node-1", "topology.kubernetes.io/zone": "a"},
-        "annotations": {
-            "alpha.kubernetes.io/provided-node-ip": "10.0.0.1",
-            "node.alpha.kubernetes.io/ttl": "0",
-        },
-    },
-    "spec": {
-        "providerID": "sim://node-1",
-        "podCIDR": "10.244.1.0/24",
-        "podCIDRs": ["10.244.1.0/24"],
-        "unknownField": True,
-    },
-    "status": {
-        "addresses": [
-            {"type": "Hostname", "address": "node-1"},
-            {"type": "InternalIP", "address": "10.0.0.1"},
-        ],
-        "conditions": [
-            {
-                "type": "MemoryPressure",
-                "status": "False",
-                "reason": "KubeletHasSufficientMemory",
-                "message": "kubelet has sufficient memory available",
-            },
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": "x",
-            },
-        ],
-        "images": [{"names": ["a"], "sizeBytes": 1}],
-    },
-}
 
 
 def _decode(body: object) -> Node:
