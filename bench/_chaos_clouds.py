@@ -27,6 +27,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -690,7 +691,23 @@ def _clean_openstack(world: Any) -> None:
             conn.compute.delete_server(server.id, ignore_missing=True)
     for lb in conn.load_balancer.load_balancers():
         if (lb.name or "").startswith(f"kube_service_{OPENSTACK_CLUSTER}_"):
-            conn.load_balancer.delete_load_balancer(lb.id, cascade=True, ignore_missing=True)
+            _delete_when_not_pending(conn, lb.id)
     for fip in conn.network.ips():
         if (fip.description or "").endswith(f" from cluster {OPENSTACK_CLUSTER}"):
             conn.network.delete_ip(fip.id, ignore_missing=True)
+
+
+def _delete_when_not_pending(conn: Any, lb_id: str, *, within_s: float = 300.0) -> None:
+    """Delete a load balancer (cascade), waiting while Octavia answers 409 because a replica
+    killed at the end left it PENDING_UPDATE (blocking: a cleanup's thread)."""
+    from openstack.exceptions import ConflictException  # the test world's extra
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            conn.load_balancer.delete_load_balancer(lb_id, cascade=True, ignore_missing=True)
+            return
+        except ConflictException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)  # a worker thread, not the event loop
