@@ -33,7 +33,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
@@ -397,13 +397,7 @@ def emulator_main(args: argparse.Namespace) -> int:
             listening.write_kubeconfig(args.kubeconfig_out)
             _print(f"apiserver listening on {listening.url}")
 
-    stalls = StallWatch()  # names the step of a lag, and its collections' share
-    stalls.track_gc()
-    try:
-        trio.run(run, instruments=[stalls])
-    finally:
-        stalls.untrack_gc()
-    return 0
+    return _run_watched(run)
 
 
 def kubelets_main(args: argparse.Namespace) -> int:
@@ -455,6 +449,12 @@ def kubelets_main(args: argparse.Namespace) -> int:
                 f"(heartbeat every {args.heartbeat:g}s); Ctrl-C to stop"
             )
 
+    return _run_watched(run)
+
+
+def _run_watched(run: Callable[[], Awaitable[None]]) -> int:
+    """`trio.run(run)` under a StallWatch (it names the step of a lag, and its collections'
+    share); 0 once it returns."""
     stalls = StallWatch()
     stalls.track_gc()
     try:
