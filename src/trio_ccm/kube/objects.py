@@ -13,7 +13,7 @@ taint keys) interned, so each is held once. Read a Node with `KubeClient.get` fo
 from __future__ import annotations
 
 import sys
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -180,6 +180,20 @@ _SHARED_KEY_SETS: dict[tuple[str, ...], dict[str, int]] = {}
 _NO_LABELS: Final = NodeLabels({}, ())
 
 
+def node_labels(labels: Mapping[str, str] | None, name: str) -> NodeLabels:
+    """A Node's labels as cached: compacted, the value equal to its `name` shared (the
+    hostname label); none, the one empty NodeLabels."""
+    return NodeLabels.of(labels, own=name) if labels else _NO_LABELS
+
+
+def kept_annotations(annotations: Mapping[str, str] | None) -> NodeLabels:
+    """A Node's annotations as cached: only those we read (`NODE_ANNOTATIONS_KEPT`)."""
+    kept = (
+        {k: v for k, v in annotations.items() if k in NODE_ANNOTATIONS_KEPT} if annotations else {}
+    )
+    return NodeLabels.of(kept) if kept else _NO_LABELS
+
+
 class NodeMeta(ObjectMeta, frozen=True, gc=False):
     """ObjectMeta of a cached Node: labels as a compact NodeLabels with interned strings, and
     only the annotations we read."""
@@ -188,10 +202,8 @@ class NodeMeta(ObjectMeta, frozen=True, gc=False):
         if isinstance(self.labels, NodeLabels) and isinstance(self.annotations, NodeLabels):
             return  # built from parts already compacted (`kube/versions.py`)
         # The name usually repeats as the hostname label (and a Hostname address: `Node`).
-        labels = NodeLabels.of(self.labels, own=self.name) if self.labels else _NO_LABELS
-        force_setattr(self, "labels", labels)
-        kept = {k: v for k, v in self.annotations.items() if k in NODE_ANNOTATIONS_KEPT}
-        force_setattr(self, "annotations", NodeLabels.of(kept) if kept else _NO_LABELS)
+        force_setattr(self, "labels", node_labels(self.labels, self.name))
+        force_setattr(self, "annotations", kept_annotations(self.annotations))
 
 
 class Taint(_Base, frozen=True, gc=False):
@@ -235,12 +247,17 @@ class NodeCondition(_Base, frozen=True, gc=False):
     reason: str = ""
 
 
+def kept_conditions(conditions: Iterable[NodeCondition]) -> tuple[NodeCondition, ...]:
+    """A Node's conditions as cached: only those we read (`NODE_CONDITIONS_KEPT`)."""
+    return tuple([c for c in conditions if c.type in NODE_CONDITIONS_KEPT])
+
+
 class NodeStatus(_Base, frozen=True, gc=False):
     addresses: tuple[NodeAddress, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
 
     def __post_init__(self) -> None:
-        kept = tuple([c for c in self.conditions if c.type in NODE_CONDITIONS_KEPT])
+        kept = kept_conditions(self.conditions)
         for condition in kept:  # a few values, repeated by every Node
             force_setattr(condition, "type", _intern(condition.type))
             force_setattr(condition, "status", _intern(condition.status))

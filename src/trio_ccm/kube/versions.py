@@ -39,9 +39,6 @@ from msgspec.structs import astuple, force_setattr
 
 from trio_ccm.base.values import NodeAddress
 from trio_ccm.kube.objects import (
-    _NO_LABELS,
-    NODE_ANNOTATIONS_KEPT,
-    NODE_CONDITIONS_KEPT,
     Node,
     NodeCondition,
     NodeLabels,
@@ -51,6 +48,9 @@ from trio_ccm.kube.objects import (
     Object,
     ObjectMeta,
     _Base,
+    kept_annotations,
+    kept_conditions,
+    node_labels,
     share_unchanged,
 )
 
@@ -208,7 +208,7 @@ class NodeVersions:
             if digests[3] == old[3]
             else _same(before.status.addresses, _addresses(status.addresses))
         )
-        conditions = tuple([c for c in status.conditions if c.type in NODE_CONDITIONS_KEPT])
+        conditions = kept_conditions(status.conditions)
         if conditions == before.status.conditions:
             conditions = before.status.conditions
         scalars_same = _META_SCALARS(meta) == _META_SCALARS(was)
@@ -269,14 +269,11 @@ def _meta(
 
 
 def _labels(raw: msgspec.Raw, name: str) -> Mapping[str, str]:
-    labels = _LABELS.decode(raw) if raw else None
-    return _mapping(NodeLabels.of(labels, own=name) if labels else _NO_LABELS)
+    return _mapping(node_labels(_LABELS.decode(raw) if raw else None, name))
 
 
 def _annotations(raw: msgspec.Raw) -> Mapping[str, str]:
-    found = _LABELS.decode(raw) if raw else None
-    kept = {k: v for k, v in found.items() if k in NODE_ANNOTATIONS_KEPT} if found else None
-    return _mapping(NodeLabels.of(kept) if kept else _NO_LABELS)
+    return _mapping(kept_annotations(_LABELS.decode(raw) if raw else None))
 
 
 def _mapping(labels: NodeLabels) -> Mapping[str, str]:
