@@ -97,6 +97,7 @@ from trio_ccm.cloud.openstack.octavia import (
     Api,
     Features,
     Octavia,
+    acquire_by,
     backoff_s,
 )
 from trio_ccm.cloud.openstack.secgroups import SecurityGroups
@@ -388,21 +389,14 @@ class OpenStackLoadBalancers:
         for uid, other in self._tries.items():  # slots of Services never seen again
             if other.slot_since is not None and now - other.slot_since > CREATE_SLOT_TTL_S:
                 self._release_create(uid)
-        try:
-            self._creates.acquire_on_behalf_of_nowait(service.uid)
-        except trio.WouldBlock:
-            held = False
-            with trio.move_on_after(WRITE_PATIENCE_S):
-                await self._creates.acquire_on_behalf_of(service.uid)
-                held = True
-            if not held:
-                delay = backoff_s(3, self.rng)
-                raise RetryAfter(
-                    delay,
-                    f"load balancer {p.name}: {self._creates.total_tokens:g} load balancers "
-                    "are being created ([LoadBalancer] trio-ccm-max-creates-in-flight); "
-                    f"trying again in {delay:.1f} s",
-                ) from None
+        if not await acquire_by(self._creates, now + WRITE_PATIENCE_S, service.uid):
+            delay = backoff_s(3, self.rng)
+            raise RetryAfter(
+                delay,
+                f"load balancer {p.name}: {self._creates.total_tokens:g} load balancers "
+                "are being created ([LoadBalancer] trio-ccm-max-creates-in-flight); "
+                f"trying again in {delay:.1f} s",
+            )
         tries.slot_since = trio.current_time()
 
     def _release_create(self, uid: str) -> None:

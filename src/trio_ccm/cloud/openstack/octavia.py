@@ -38,7 +38,7 @@ from trio_ccm.cloud.openstack.lbconfig import DEFAULT_MAX_WRITES_IN_FLIGHT
 from trio_ccm.errors import RetryAfter
 from trio_ccm.logs import get_logger
 
-__all__ = ["WRITE_PATIENCE_S", "Api", "Features", "Octavia", "backoff_s"]
+__all__ = ["WRITE_PATIENCE_S", "Api", "Features", "Octavia", "acquire_by", "backoff_s"]
 
 log = get_logger("trio_ccm.cloud.openstack.octavia")
 
@@ -75,6 +75,26 @@ def backoff_s(attempt: int, rng: random.Random) -> float:
     8 s (the upper half of the step, so it never collapses to 0 and never syncs up)."""
     step = min(_STEP_CAP_S, _STEP_BASE_S * 2.0**attempt)
     return step / 2 + rng.random() * step / 2
+
+
+async def acquire_by(
+    limiter: trio.CapacityLimiter,
+    deadline: float,
+    borrower: object,
+    *,
+    waiting: Callable[[], object] = lambda: None,
+) -> bool:
+    """Take one of `limiter`'s tokens for `borrower`: at once when one is free, else
+    (`waiting()` told) waiting for one until trio time `deadline`. Whether one was taken."""
+    try:
+        limiter.acquire_on_behalf_of_nowait(borrower)
+        return True
+    except trio.WouldBlock:
+        waiting()
+    with trio.move_on_at(deadline):
+        await limiter.acquire_on_behalf_of(borrower)
+        return True
+    return False
 
 
 class Features:
@@ -183,27 +203,23 @@ class Octavia:
         """`call()` holding a write slot (Octavia's, or `slots`), waited for until
         `WRITE_PATIENCE_S` after `started`; then a `RetryAfter` (no call was made)."""
         limiter = self._writes if slots is None else slots
-        try:
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            self.slot_waits += 1
-            held = False
-            with trio.move_on_at(started + WRITE_PATIENCE_S):
-                await limiter.acquire()
-                held = True
-            if not held:
-                delay = backoff_s(3, self.rng)
-                service = "Octavia" if slots is None else "Neutron"
-                raise RetryAfter(
-                    delay,
-                    f"{what}: {limiter.total_tokens:g} {service} writes are in flight "
-                    "([LoadBalancer] trio-ccm-max-writes-in-flight); trying again in "
-                    f"{delay:.1f} s",
-                ) from None
+        me = trio.lowlevel.current_task()
+        if not await acquire_by(limiter, started + WRITE_PATIENCE_S, me, waiting=self._waited):
+            delay = backoff_s(3, self.rng)
+            service = "Octavia" if slots is None else "Neutron"
+            raise RetryAfter(
+                delay,
+                f"{what}: {limiter.total_tokens:g} {service} writes are in flight "
+                "([LoadBalancer] trio-ccm-max-writes-in-flight); trying again in "
+                f"{delay:.1f} s",
+            )
         try:
             return await call()
         finally:
-            limiter.release()
+            limiter.release_on_behalf_of(me)
+
+    def _waited(self) -> None:
+        self.slot_waits += 1
 
     async def _net_write(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         return await self._in_slot(what, trio.current_time(), call, self._net_writes)
