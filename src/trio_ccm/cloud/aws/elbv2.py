@@ -227,10 +227,15 @@ class Nlbs:
             found += _items(answer, "TargetGroups")
         return found
 
-    async def stray_groups(self, prefix: str, uid: str) -> list[Mapping[str, object]]:
-        """Target groups named `prefix`..., attached to no load balancer, tagged with the
-        Service UID `uid` (see the module docstring)."""
+    async def stray_groups(
+        self, service: str, uid: str, besides: Sequence[Mapping[str, object]]
+    ) -> list[Mapping[str, object]]:
+        """Target groups named with the prefix of the Service `service` (its key), attached
+        to no load balancer, tagged with its UID `uid`, other than those in `besides` (see
+        the module docstring)."""
         client = self._context.client
+        prefix = target_group_prefix(service)
+        known = {str(g.get("TargetGroupArn")) for g in besides}
         candidates = [
             g
             for g in await every_page(
@@ -238,6 +243,7 @@ class Nlbs:
             )
             if str(g.get("TargetGroupName") or "").startswith(prefix)
             and not g.get("LoadBalancerArns")
+            and str(g.get("TargetGroupArn")) not in known
         ]
         by_arn = {str(g.get("TargetGroupArn")): g for g in candidates}
         strays = []
@@ -328,12 +334,7 @@ class Nlbs:
                 [p.target_group for p in plan.nlb_ports if p.target_group not in attached]
             )
             if find_strays:
-                known = {str(g.get("TargetGroupArn")) for g in groups}
-                groups += [
-                    g
-                    for g in await self.stray_groups(target_group_prefix(plan.service), plan.uid)
-                    if str(g.get("TargetGroupArn")) not in known
-                ]
+                groups += await self.stray_groups(plan.service, plan.uid, groups)
         arn = str(found.get("LoadBalancerArn") or "")
         vpc_id = str(found.get("VpcId") or "") or await context.vpc_id()
         by_name = {str(g.get("TargetGroupName")): g for g in groups}
@@ -588,12 +589,7 @@ class Nlbs:
         attached = {str(g.get("TargetGroupName")) for g in groups}
         groups += await self.target_groups_named([n for n in group_names if n not in attached])
         if strays is not None:
-            seen = {str(g.get("TargetGroupArn")) for g in groups}
-            groups += [
-                g
-                for g in await self.stray_groups(target_group_prefix(strays[0]), strays[1])
-                if str(g.get("TargetGroupArn")) not in seen
-            ]
+            groups += await self.stray_groups(*strays, groups)
         for group in groups:
             await self._forgiving(
                 "DeleteTargetGroup", {"TargetGroupArn": str(group.get("TargetGroupArn"))}, where
