@@ -289,10 +289,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--services", type=int, default=50)
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--added", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="3 Services, 4 Nodes, 1 added")
+    parser.add_argument("--quick", action="store_true", help="2 Services, 3 Nodes, 1 added")
     args = parser.parse_args(argv)
     if args.quick:
-        args.services, args.nodes, args.added = 3, 4, 1
+        args.services, args.nodes, args.added = 2, 3, 1
     return args
 
 

@@ -7,7 +7,7 @@ The OpenStack is the project's test world (`trio_ccm_testbed.openstack`, started
 run and stopped after, or the running one that `TRIO_CCM_OPENSTACK_WORLD` describes:
 `make test`'s, bench/_openstack.py), or an existing one named by `--clouds-yaml`/`--cloud`
 (the ccm user's cloud; an admin cloud is not needed). N servers (`bench-os--<i>`, default 100,
-`--quick` 10) are booted on one network by one multi-create call and waited for (`seed_s`,
+`--quick` 4) are booted on one network by one multi-create call and waited for (`seed_s`,
 not part of the wave); those the fake compute host fails (ERROR, `boot_failed`) are
 deleted and the wave runs on the others (`nodes`). The emulator (in-process transport) gets
 the Nodes, named
@@ -224,12 +224,12 @@ async def wave(cloud: Cloud, names: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--quick", action="store_true", help="10 servers")
+    parser.add_argument("--quick", action="store_true", help="4 servers")
     parser.add_argument("--clouds-yaml", default="", help="use this OpenStack (clouds.yaml)")
     parser.add_argument("--cloud", default="", help="the ccm user's cloud in --clouds-yaml")
     parser.add_argument("--keep", action="store_true", help="leave the servers booted")
     args = parser.parse_args()
-    nodes = 10 if args.quick else args.nodes
+    nodes = 4 if args.quick else args.nodes
     quiet_logging()
     import tempfile
 

@@ -43,7 +43,7 @@ from trio_ccm_testbed.cloud import write_cloud_config
 SEED = 20261121
 SERVICE_COUNT = 50
 KILLS_PER_PHASE = 2
-CONVERGE_S = 15.0  # a passing run converges within 3 s
+CONVERGE_S = 45.0  # a passing run converges within 3 s; the rest is room for a loaded machine
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 LB_WRITES = frozenset({"PutLoadBalancer", "SetLoadBalancerBackends", "DeleteLoadBalancer"})
 # Every load-balancer call takes 0.2-0.3 s in the cloud: at any kill, some are in flight.
