@@ -19,12 +19,15 @@ from tests.emulator.test_list_watch import (
     seed_nodes,
 )
 from trio_ccm_testbed.apiserver import ApiServer
+from trio_ccm_testbed.apiserver.kinds import ResourceType
 from trio_ccm_testbed.apiserver.selector import parse_field_selector, parse_label_selector
 from trio_ccm_testbed.apiserver.store import ListResult
 
 
-def _node_type(server: ApiServer) -> Any:
-    return server.registry.stored_type(server.types[("", "v1", "nodes")])
+def _node_type(server: ApiServer) -> ResourceType:
+    rtype = server.types[("", "v1", "nodes")]
+    assert isinstance(rtype, ResourceType)
+    return server.registry.stored_type(rtype)
 
 
 def _scan(server: ApiServer, labels: str = "", **options: Any) -> Any:
