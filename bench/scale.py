@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -88,7 +89,8 @@ QPS: Final = (200, 400)
 BATCH: Final = 1000  # --cloud-batch-size: an address sync asks 1,000 Nodes per call
 DEFAULT_NODES: Final = (1000, 5000, 20_000, 100_000)
 LB_RATE: Final = (5.0, 10)  # the cloud budget's default for load balancers (cloud/budget.py)
-JOIN_WRITES_PER_NODE: Final = 2
+JOIN_WRITES_PER_NODE: Final = 2  # the status patch, then the Node patch (cloud_node.py)
+WAVE_CLIENT_BUDGET_S: Final = 300.0  # a wave's kube writes take at most this at its QPS
 PROGRESS_EVERY: Final = 10_000  # a progress line each time this many more Nodes registered
 TAINTLESS_LABEL: Final = "node.kubernetes.io/instance-type"
 LB_LABEL: Final = "bench.trio-ccm.dev/load-balancer"  # lets the bench list only those
@@ -128,6 +130,8 @@ class Run:
     wave_cloud_calls: dict[str, int] = field(default_factory=dict)
     wave_peak_rss_mb: float = 0.0
     ipam: bool = False
+    kube_qps: int = QPS[0]  # the CCM's --kube-api-qps and --kube-api-burst in this run
+    kube_burst: int = QPS[1]
     ready_s: float = 0.0
     startup_cloud_calls: dict[str, int] = field(default_factory=dict)
     settle_s: float = 0.0
@@ -140,6 +144,7 @@ class Run:
     period_calls: dict[str, int] = field(default_factory=dict)
     join: int = 0
     join_1000_s: float = 0.0
+    join_registered_s: float = 0.0  # until the kubelets registered the last joining Node
     join_qps_bound_s: float = 0.0
     join_cloud_calls: int = 0
     nodeset_push_s: float = 0.0
@@ -240,7 +245,19 @@ NODE_CIDR_MASK: Final = 26  # 65,536 pod CIDRs, the most one cluster CIDR may ho
 IPAM_MAX_NODES: Final = 2**16  # limit too): above, a wave runs with IPAM off, and says so
 
 
-def ccm_args(tmp: Path, port: int, period_s: float, *, ipam: bool = False) -> list[str]:
+def wave_qps(nodes: int, *, ipam: bool) -> tuple[int, int]:
+    """The CCM's kube QPS and burst for a wave of `nodes`: 200/400 (the deployment's) while
+    its writes fit in `WAVE_CLIENT_BUDGET_S` at 200/s (2 per Node, 3 with IPAM: the pod
+    CIDRs), else raised so they do (in steps of 50, burst twice the QPS): a 100,000-Node
+    wave is 200,000 writes, 1,000 s at 200/s before anything else."""
+    writes = nodes * (JOIN_WRITES_PER_NODE + (1 if ipam else 0))
+    qps = max(QPS[0], 50 * math.ceil(writes / WAVE_CLIENT_BUDGET_S / 50))
+    return (qps, 2 * qps) if qps > QPS[0] else QPS
+
+
+def ccm_args(
+    tmp: Path, port: int, period_s: float, *, ipam: bool = False, qps: tuple[int, int] = QPS
+) -> list[str]:
     ipam_flags = (
         [
             "--allocate-node-cidrs",
@@ -260,8 +277,8 @@ def ccm_args(tmp: Path, port: int, period_s: float, *, ipam: bool = False) -> li
         "--configure-cloud-routes=false",
         f"--secure-port={port}",
         "--bind-address=127.0.0.1",
-        f"--kube-api-qps={QPS[0]}",
-        f"--kube-api-burst={QPS[1]}",
+        f"--kube-api-qps={qps[0]}",
+        f"--kube-api-burst={qps[1]}",
         f"--node-status-update-frequency={period_s:g}s",
         f"--cloud-batch-size={BATCH}",
     ]
@@ -563,7 +580,15 @@ async def measured_wave(
     run.ipam = n <= IPAM_MAX_NODES
     if not run.ipam:
         say(f"IPAM off: one --cluster-cidr holds at most {IPAM_MAX_NODES:,} Node CIDRs")
-    args = ccm_args(tmp, port, sizes.window_s, ipam=run.ipam)
+    run.kube_qps, run.kube_burst = wave_qps(n, ipam=run.ipam)
+    if (run.kube_qps, run.kube_burst) != QPS:
+        say(
+            f"kube QPS raised for this wave to {run.kube_qps}/{run.kube_burst} (deployed: "
+            f"{QPS[0]}/{QPS[1]}): its {n:,} Nodes need "
+            f"{n * (JOIN_WRITES_PER_NODE + run.ipam):,} writes, "
+            f"{n * (JOIN_WRITES_PER_NODE + run.ipam) / QPS[0]:,.0f} s at {QPS[0]}/s"
+        )
+    args = ccm_args(tmp, port, sizes.window_s, ipam=run.ipam, qps=(run.kube_qps, run.kube_burst))
     with process(args, tmp / "ccm.log", env=env) as ccm:
         await wait_ready(port, ccm, 1800)
         run.ready_s = time.monotonic() - t0
@@ -626,6 +651,59 @@ async def measured_wave(
     run.go_calls_per_period = n
 
 
+class JoinWatch:
+    """Watches the Nodes that lack the instance-type label from a resourceVersion: each new
+    Node comes (ADDED) uninitialised and leaves the selection (DELETED) once the CCM labels
+    it. `registered_at` when the `count`-th has come, `done` once every one has left."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.added: set[str] = set()
+        self.pending: set[str] = set()
+        self.registered_at = 0.0
+        self.done_at = 0.0
+        self.done = trio.Event()
+
+    async def run(
+        self,
+        api: httpx.AsyncClient,
+        rv: str,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        params = {"watch": "1", "labelSelector": f"!{TAINTLESS_LABEL}", "timeoutSeconds": "3600"}
+        started = False
+        while not self.done.is_set():  # a stream the server ends is watched again from `rv`
+            async with api.stream(
+                "GET", "/api/v1/nodes", params={**params, "resourceVersion": rv}, timeout=None
+            ) as response:
+                response.raise_for_status()
+                if not started:
+                    started = True
+                    task_status.started()
+                async for line in response.aiter_lines():
+                    if line:
+                        rv = self.take(json.loads(line))
+
+    def take(self, event: dict[str, Any]) -> str:
+        """Count one watch event; its object's resourceVersion."""
+        meta = event["object"]["metadata"]
+        if event["type"] == "ERROR":
+            raise RuntimeError(f"the join's watch failed: {event['object']}")
+        name = meta.get("name", "")
+        if event["type"] == "ADDED":
+            self.added.add(name)
+            self.pending.add(name)
+            if len(self.added) == self.count:
+                self.registered_at = time.monotonic()
+        elif event["type"] == "DELETED":
+            self.pending.discard(name)
+        if len(self.added) >= self.count and not self.pending and not self.done.is_set():
+            self.done_at = time.monotonic()
+            self.done.set()
+        return str(meta["resourceVersion"])
+
+
 async def join_and_push(
     run: Run, sizes: Sizes, api: httpx.AsyncClient, cloud: httpx.AsyncClient, mark: int
 ) -> None:
@@ -633,22 +711,23 @@ async def join_and_push(
     n, join = run.nodes, sizes.join
     t0_wall = time.time()
     t0 = time.monotonic()
-    for i in range(join):
-        response = await cloud.post(
-            "/_sim/instances",
-            json={"name": f"join-{i:05d}", "instanceType": "sim.large"},
-        )
-        response.raise_for_status()
-    # Polled as gently as the answer allows: each count is a scan of every Node in the
-    # testbed, which also answers the CCM (and its Lease renewals) on one thread.
-    registered = False
-    with trio.fail_after(1800):
-        while True:
-            await trio.sleep(0.5)
-            registered = registered or await count_nodes(api) >= n + join
-            if registered and not await count_nodes(api, f"!{TAINTLESS_LABEL}"):
-                break
-    run.join_1000_s = time.monotonic() - t0
+    # Timed by a watch of the Nodes lacking the label (the new ones until the CCM
+    # initialises them): no scan of every Node per poll in the process that answers the CCM.
+    since = (await api.get("/api/v1/nodes", params={"limit": "1"})).json()["metadata"]
+    joined = JoinWatch(join)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(joined.run, api, since["resourceVersion"])
+        for i in range(join):
+            response = await cloud.post(
+                "/_sim/instances",
+                json={"name": f"join-{i:05d}", "instanceType": "sim.large"},
+            )
+            response.raise_for_status()
+        with trio.fail_after(1800):
+            await joined.done.wait()
+        nursery.cancel_scope.cancel()
+    run.join_registered_s = joined.registered_at - t0
+    run.join_1000_s = joined.done_at - t0
     run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
     # The node-set pass starts once the set has been quiet for a second: give it that,
     # then wait until the load-balancer calls are quiet (at 5/s they come every 0.2 s).
@@ -735,6 +814,7 @@ def plot(runs: list[Run], path: str) -> bool:
 def print_table(runs: list[Run]) -> None:
     rows = [
         ("testbed up (s)", "testbed_start_s", "{:.0f}"),
+        ("CCM kube QPS", "kube_qps", "{:,}"),
         ("ready after start (s)", "ready_s", "{:.1f}"),
         ("wave: Nodes initialised (s)", "wave_nodes_s", "{:.1f}"),
         ("wave: LBs ready (s)", "wave_lbs_s", "{:.1f}"),
@@ -745,6 +825,7 @@ def print_table(runs: list[Run]) -> None:
         ("cloud calls per sync period", "cloud_calls_per_period", "{:,}"),
         ("  Go: calls per period", "go_calls_per_period", "{:,}"),
         ("1,000-Node join (s)", "join_1000_s", "{:.1f}"),
+        ("  of it, registering (s)", "join_registered_s", "{:.1f}"),
         ("  bound by 200/400 (s)", "join_qps_bound_s", "{:.1f}"),
         ("  cloud calls", "join_cloud_calls", "{:,}"),
         ("node-set push to every LB (s)", "nodeset_push_s", "{:.1f}"),
@@ -785,6 +866,7 @@ def initialised_figures(runs: list[Run]) -> dict[str, Any]:
         "steady_cpu_pct": round(largest.steady_cpu_pct, 2),
         "cloud_calls_per_period": largest.cloud_calls_per_period,
         "join_1000_s": round(largest.join_1000_s, 2),
+        "join_registered_s": round(largest.join_registered_s, 2),
         "join_qps_bound_s": largest.join_qps_bound_s,
         "nodeset_push_s": round(largest.nodeset_push_s, 2),
         "nodeset_backend_calls": largest.nodeset_backend_calls,
@@ -807,6 +889,8 @@ def wave_figures(runs: list[Run]) -> dict[str, Any]:
     largest = runs[-1]
     return {
         "wave_nodes": largest.nodes,
+        "wave_kube_qps": f"{largest.kube_qps}/{largest.kube_burst}",
+        "wave_ipam": largest.ipam,
         "wave_ready_s": round(largest.ready_s, 2),
         "wave_nodes_s": round(largest.wave_nodes_s, 2),
         "wave_lbs_s": round(largest.wave_lbs_s, 2),
