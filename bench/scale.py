@@ -163,6 +163,7 @@ class Run:
     emulator_rss_mb: float = 0.0
     kubelets_rss_mb: float = 0.0
     kubelets_max_stall_s: float = 0.0  # the kubelets' process: its longest step
+    slowest_requests: list[str] = field(default_factory=list)  # the emulator's, >= 0.2 s
 
 
 def stalls_and_losses(log: Path) -> tuple[list[float], int]:
@@ -203,6 +204,24 @@ def emulator_lags(log: Path) -> tuple[int, list[float], float]:
             elif record["event"] == "trio.stall":
                 steps.append(float(record["seconds"]))
     return len(lags), steps, max(longest, *lags, 0.0)
+
+
+def slow_requests(log: Path, top: int = 5) -> list[str]:
+    """From the emulator's JSON log: its `top` slowest requests once serving
+    (`testbed.slow-request`), each as "seconds (cpu) METHOD path?query agent"."""
+    found: list[tuple[float, str]] = []
+    with log.open() as lines:
+        for line in lines:
+            if '"testbed.slow-request"' in line:
+                r = json.loads(line)
+                found.append(
+                    (
+                        float(r["seconds"]),
+                        f"{r['seconds']:.2f} s ({r['cpu_seconds']:.2f} CPU) {r['method']} "
+                        f"{r['path']}?{r['query']} [{r['agent'].split(' ')[0]}]",
+                    )
+                )
+    return [text for _, text in sorted(found, reverse=True)[:top]]
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -507,6 +526,7 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
     lags, steps, longest = emulator_lags(tmp / "emulator.log")
     run.testbed_lags, run.testbed_max_stall_s = lags, max(longest, *steps, 0.0)
     run.kubelets_max_stall_s = max(stalls_and_losses(tmp / "kubelets.log")[0], default=0.0)
+    run.slowest_requests = slow_requests(tmp / "emulator.log")
     return run
 
 
@@ -852,6 +872,8 @@ def print_table(runs: list[Run]) -> None:
             f"(expected {r.nodes + r.join:,}); start-up settled after {r.settle_s:.0f} s with "
             f"{r.lbs_with_ingress} of {r.lb_services} load balancers ready"
         )
+        for text in r.slowest_requests:
+            print(f"  emulator's slow request: {text}")
 
 
 # -- main ---------------------------------------------------------------------------------------
