@@ -210,9 +210,11 @@ def slow_requests(log: Path, top: int = 5) -> list[str]:
     """From the emulator's JSON log: its `top` slowest requests once serving
     (`testbed.slow-request`), each as "seconds (cpu) METHOD path?query agent"."""
     found: list[tuple[float, str]] = []
+    watching = False  # the world's build (before the lag watch) serves no one: not counted
     with log.open() as lines:
         for line in lines:
-            if '"testbed.slow-request"' in line:
+            watching = watching or '"testbed.lag-watch"' in line
+            if watching and '"testbed.slow-request"' in line:
                 r = json.loads(line)
                 found.append(
                     (
