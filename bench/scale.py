@@ -553,6 +553,7 @@ async def measured_ccm(
     with process(ccm_args(tmp, port, sizes.window_s), tmp / "ccm.log", env=env) as ccm:
         await wait_ready(port, ccm, 1800)
         run.ready_s = time.monotonic() - t0
+        say(f"CCM ready after {run.ready_s:.1f} s; ensuring {sizes.lb_services} LBs")
         # Settled: start-up's work done (the first address sync, every load balancer
         # ensured), then no load-balancer call for a while.
         with trio.move_on_after(1800):
@@ -565,6 +566,7 @@ async def measured_ccm(
         run.settle_s = time.monotonic() - t0
         calls = await cloud_calls(cloud)
         run.startup_cloud_calls = dict(Counter(c["method"] for c in calls[before:]))
+        say(f"start-up settled after {run.settle_s:.0f} s; steady window of {sizes.window_s:g} s")
         # The steady window: one sync period, heartbeats arriving.
         mark, cpu0, w0 = len(calls), cpu_seconds(ccm.pid), time.monotonic()
         await trio.sleep(sizes.window_s)
@@ -575,7 +577,15 @@ async def measured_ccm(
         window = calls[mark:]
         run.cloud_calls_per_period = len(window)
         run.period_calls = dict(Counter(c["method"] for c in window))
+        say(
+            f"settled RSS {run.settled_rss_mb:.0f} MB, steady CPU {run.steady_cpu_pct:.1f} %; "
+            f"{sizes.join:,} Nodes join"
+        )
         await join_and_push(run, sizes, api, cloud, len(calls))
+        say(
+            f"join {run.join_1000_s:.1f} s (registered after {run.join_registered_s:.1f} s), "
+            f"node-set push {run.nodeset_push_s:.1f} s"
+        )
         if tracemalloc_dir:
             ccm.send_signal(signal.SIGUSR1)  # a last snapshot, at the largest the cache gets
             await trio.sleep(5 + n / 10_000)
