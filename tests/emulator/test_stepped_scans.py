@@ -152,3 +152,23 @@ async def test_a_new_watch_replays_its_registration_state_then_the_write(
     assert [e["type"] for e in events] == ["ADDED"] * 8 + ["MODIFIED"]
     assert [e["object"] for e in events[:8]] == [seeded[f"n{i}"] for i in range(8)]
     assert events[8]["object"]["metadata"]["labels"] == {"v": "2"}
+
+
+async def test_the_key_order_made_at_a_list_follows_every_add_and_delete(
+    server: ApiServer, client: httpx.AsyncClient
+) -> None:
+    """Once a list has made the key order, Nodes added before, between and after the others
+    and Nodes deleted are listed in key order, each once, without the order being made
+    again."""
+    with trio.fail_after(10):
+        await seed_nodes(client, 5)
+        assert names(await list_ok(client, NODES)) == ["n0", "n1", "n2", "n3", "n4"]
+        for name in ("n2a", "a0", "z9", "n00"):
+            await create_node(client, name)
+        await delete_node(client, "n3")
+        await delete_node(client, "a0")
+        listed = names(await list_ok(client, NODES))
+    assert listed == ["n0", "n00", "n1", "n2", "n2a", "n4", "z9"]
+    storage = server.store.storage(_node_type(server))
+    assert storage.key_order is not None
+    assert [key[1] for _, key in storage.key_order] == listed
