@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import structlog
 import trio
 import trio.testing
 
@@ -22,6 +23,7 @@ from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 from trio_ccm_testbed.cloud import SimCloud
 from trio_ccm_testbed.split import (
     LagWatch,
+    TimedApiServer,
     kubelets_client,
     register_nodes,
     tune_collector,
@@ -55,6 +57,37 @@ async def test_lag_watch_records_a_loop_held_past_its_threshold(
         nursery.cancel_scope.cancel()
     assert watch.max_s == pytest.approx(held_s - 0.05)
     assert watch.lags == ([pytest.approx(held_s - 0.05)] if recorded else [])
+
+
+@pytest.mark.parametrize(
+    ("delay_s", "logged"),
+    [
+        pytest.param(0.0, False, id="a-quick-list-is-not-logged"),
+        pytest.param(0.5, True, id="a-list-of-half-a-second-is-named"),
+    ],
+)
+async def test_a_slow_request_is_logged_with_what_it_asked(
+    autojump_clock: trio.testing.MockClock, delay_s: float, logged: bool
+) -> None:
+    """A request the emulator took `slow_s` (0.2 s) or more to answer is logged as
+    `testbed.slow-request` with its verb, path, query and agent, so a lag can be named."""
+    api = TimedApiServer(seed=1)
+    if delay_s:
+        api.faults.inject_latency(delay_s, verb="list", resource="nodes")
+    async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as client:
+        with structlog.testing.capture_logs() as logs:
+            response = await client.get(
+                "/api/v1/nodes", params={"labelSelector": "!a", "limit": "1"}
+            )
+    assert response.status_code == 200
+    slow = [entry for entry in logs if entry["event"] == "testbed.slow-request"]
+    if not logged:
+        assert slow == []
+        return
+    assert len(slow) == 1
+    assert (slow[0]["method"], slow[0]["path"], slow[0]["status"]) == ("GET", "/api/v1/nodes", 200)
+    assert slow[0]["query"] == "labelSelector=!a&limit=1"
+    assert slow[0]["seconds"] == pytest.approx(delay_s)
 
 
 @pytest.mark.parametrize(

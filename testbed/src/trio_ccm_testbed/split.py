@@ -12,7 +12,9 @@ answered the CCM seconds late. Here the world is two processes:
   stored world (`tune_collector`: young collections only; the stored objects are never
   walked again),
   and a `LagWatch` task logs every lag of its loop of `--lag-threshold` (1 s) or more
-  (`testbed.lag`) and, when it stops, the longest (`testbed.lag-summary`);
+  (`testbed.lag`) and, when it stops, the longest (`testbed.lag-summary`); a request whose
+  handling takes `--slow-request` (0.2 s) or more is logged with its verb, path, query and
+  client (`testbed.slow-request`: which requests a lag was);
 - the **kubelets process** (`python -m trio_ccm_testbed.split kubelets --server URL`) runs
   the simulated cloud (on loopback HTTP, its admin API included: instances added there get
   kubelets within a second) and the `Testbed` whose kubelets heartbeat their Nodes (and
@@ -48,7 +50,7 @@ from trio_ccm.cli.stalls import StallWatch
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.logs import configure_logging
-from trio_ccm_testbed._http import Request
+from trio_ccm_testbed._http import Request, Response
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 from trio_ccm_testbed.cloud import SimCloud, serve_sim_cloud, write_cloud_config
 from trio_ccm_testbed.datapath import traffic_pools
@@ -63,6 +65,7 @@ from trio_ccm_testbed.testbed import (
 __all__ = [
     "Http1Pool",
     "LagWatch",
+    "TimedApiServer",
     "emulator_main",
     "kubelets_client",
     "kubelets_main",
@@ -136,6 +139,33 @@ class LagWatch:
                 threshold_s=self.threshold_s,
                 wakes=self.wakes,
             )
+
+
+class TimedApiServer(ApiServer):
+    """The emulator, logging each request whose handling (until its answer's head is ready;
+    a watch's stream is not counted) took `slow_s` or more, by Trio's clock, with the CPU
+    this thread spent meanwhile: `testbed.slow-request`, with its method, path, query and
+    user agent."""
+
+    slow_s: float = 0.2
+
+    async def handle(self, request: Request) -> Response:
+        wall0, cpu0 = trio.current_time(), time.thread_time()
+        response = await super().handle(request)
+        wall = trio.current_time() - wall0
+        if wall >= self.slow_s:
+            query = "&".join(f"{k}={v}" for k, values in request.query.items() for v in values)
+            log.warning(
+                "testbed.slow-request",
+                seconds=round(wall, 3),
+                cpu_seconds=round(time.thread_time() - cpu0, 3),
+                method=request.method,
+                path=request.raw_path,
+                query=query[:200],
+                status=response.status,
+                agent=request.headers.get("user-agent", "")[:60],
+            )
+        return response
 
 
 class Http1Pool(httpx.AsyncBaseTransport):
@@ -333,6 +363,13 @@ def _parser() -> argparse.ArgumentParser:
     emulator.add_argument("--seed", type=int, default=0)
     emulator.add_argument("--lag-threshold", type=_duration, default=1.0, metavar="SECONDS")
     emulator.add_argument(
+        "--slow-request",
+        type=_duration,
+        default=0.2,
+        metavar="SECONDS",
+        help="log each request handled in this long or longer (testbed.slow-request)",
+    )
+    emulator.add_argument(
         "--default-gc", action="store_true", help="keep CPython's collector thresholds"
     )
     emulator.add_argument(
@@ -377,7 +414,8 @@ def emulator_main(args: argparse.Namespace) -> int:
         return 2
 
     async def run() -> None:
-        api = ApiServer(seed=args.seed)
+        api = TimedApiServer(seed=args.seed)
+        api.slow_s = args.slow_request
         if args.nodes:
             await register_nodes(
                 api,

@@ -490,7 +490,7 @@ class ApiServer:
             stored = self.store.get(stype, namespace, route.name)
             return self._object_response(request, route, stored.obj, raw=stored.raw)
         if verb == "list":
-            return self._list(request, route)
+            return await self._list(request, route)
         if verb == "watch":
             return self._watch(request, route)
         if verb in ("create", "update"):
@@ -527,7 +527,7 @@ class ApiServer:
                 },
             )
         if verb == "deletecollection":
-            return self._delete_collection(request, route, self._delete_options(request))
+            return await self._delete_collection(request, route, self._delete_options(request))
         raise errors.method_not_allowed()
 
     def _manager(self, request: Request, options: bodies.Options) -> str:
@@ -720,7 +720,7 @@ class ApiServer:
             )
         return labels, fields
 
-    def _list_items(self, request: Request, route: Route) -> tuple[ResourceType, Any]:
+    async def _list_items(self, request: Request, route: Route) -> tuple[ResourceType, Any]:
         rtype = route.rtype
         assert isinstance(rtype, ResourceType)
         labels, fields = self._selectors(request, rtype)
@@ -729,7 +729,7 @@ class ApiServer:
             limit = int(limit_text)
         except ValueError as exc:
             raise errors.bad_request(f'invalid limit: "{limit_text}"') from exc
-        result = self.store.list_objects(
+        result = await self.store.list_objects_stepped(
             self.registry.stored_type(rtype),
             route.namespace,
             labels=labels,
@@ -741,8 +741,8 @@ class ApiServer:
         )
         return rtype, result
 
-    def _list(self, request: Request, route: Route) -> Response:
-        rtype, result = self._list_items(request, route)
+    async def _list(self, request: Request, route: Route) -> Response:
+        rtype, result = await self._list_items(request, route)
         wants = self._wants(request)
         if wants == "table":
             body = tables.table(
@@ -779,10 +779,10 @@ class ApiServer:
             return [s.raw for s in items]
         return [encode(rtype.to_external(s.obj)) for s in items]
 
-    def _delete_collection(
+    async def _delete_collection(
         self, request: Request, route: Route, options: DeleteOptions
     ) -> Response:
-        rtype, result = self._list_items(request, route)
+        rtype, result = await self._list_items(request, route)
         deleted = []
         for stored in result.items:
             meta = stored.obj["metadata"]
@@ -932,7 +932,7 @@ class ApiServer:
     async def _stream(
         self,
         watcher: Watcher,
-        replay: list[Frame],
+        replay: Iterable[Frame | None],
         rtype: ResourceType,
         render: Callable[[Frame, bool], bytes],
         timeout_s: float,
@@ -948,11 +948,17 @@ class ApiServer:
 
         first = True
         try:
-            for start in range(0, len(replay), 256):
-                chunk = []
-                for frame in replay[start : start + 256]:
+            chunk: list[bytes] = []
+            for frame in replay:
+                if frame is not None:
                     chunk.append(render(frame, first))
                     first = False
+                if len(chunk) >= 256 or (frame is None and chunk):
+                    yield b"".join(chunk)
+                    chunk = []
+                elif frame is None:
+                    await trio.lowlevel.checkpoint()  # a pause of the replay's scan
+            if chunk:
                 yield b"".join(chunk)
             if initial_end is not None:
                 yield self._bookmark(rtype, initial_end, initial_end=True)
