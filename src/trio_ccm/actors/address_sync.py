@@ -17,7 +17,9 @@ looks at:
   that is not an `InstanceChanges`, and once every `FULL_PASS_S` (a resync, as informers
   do: it catches a Node whose provider ID the cloud spells differently). A full pass takes
   the cloud's cursor before it looks anything up, so a change made during it is reported
-  by the next change pass: nothing falls between the two.
+  by the next change pass: nothing falls between the two. A term's subscription announces
+  every cached Node as changed once; those notices are not counted as changes (the term's
+  first pass compares every Node anyway), or the second pass would look every Node up again.
 
 Comparing costs no object for a Node whose addresses already equal the cloud's (and carries
 no provided node IP to order them by): the two tuples compare in C. A task, under
@@ -136,14 +138,28 @@ class AddressSync:
         self.full_at = -float("inf")  # when the last full pass started
         # Nodes changed on the Kubernetes side since the last pass (with a feed only).
         self.changed: set[str] = set()
+        # The Nodes cached when the term starts: its subscription announces each as
+        # changed once, which is no change (the term's first pass is a full pass).
+        self.unannounced: set[str] = set(ctx.nodes.keys()) if self.feed is not None else set()
 
     def node_changed(self, name: str) -> None:
         """The Node changed in the cache: the next change pass compares it."""
-        if self.feed is not None:
-            self.changed.add(name)
+        if self.feed is None:
+            return
+        if self.unannounced and name in self.unannounced:
+            self._announced(name)
+            return
+        self.changed.add(name)
 
     def forget(self, name: str) -> None:
         self.changed.discard(name)
+        if self.unannounced:
+            self._announced(name)
+
+    def _announced(self, name: str) -> None:
+        self.unannounced.discard(name)
+        if not self.unannounced:
+            self.unannounced = set()  # an emptied set keeps its table: give it back
 
     async def sync(self) -> None:
         """One pass: a change pass when the cloud can say what changed, else a full pass."""
