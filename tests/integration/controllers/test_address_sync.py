@@ -263,3 +263,38 @@ async def test_a_full_pass_runs_once_an_hour_even_with_a_feed(
     listings = [t for t, m, _ in _calls(world.cloud) if m == "ListInstances"]
     assert listings[0] == 0.0
     assert listings[-1] == FULL_PASS_S
+
+
+class BadCursorInstances(GarbageFeedInstances):
+    """A feed whose cursor is garbage (an empty string)."""
+
+    async def instances_cursor(self) -> str:
+        await self.inner.instances_cursor()
+        return ""
+
+
+async def test_a_garbage_cursor_leaves_every_pass_a_full_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A cursor that is no cursor is logged, naming it; each pass then compares every Node
+    (a changed instance's Node is patched) and asks for a cursor again."""
+
+    def bad_cursor(provider: SimProvider) -> ProviderDouble:
+        return ProviderDouble(provider, instances=BadCursorInstances(provider.instances, None))
+
+    async with open_world() as world:
+        instances = _world_nodes(world)
+        with trio.fail_after(400), capture_logs() as logs:
+            async with world.running(NODE_CONTROLLERS, PERIOD, wrap=bad_cursor):
+                await _until(100)
+                world.cloud.clear_calls()
+                writes = len(world.transport.writes)
+                world.cloud.set_addresses(instances[3].id, internal=["10.9.9.9"])
+                await _until(130)
+    assert [(t, m) for t, m, _ in _calls(world.cloud)] == [
+        (120.0, "ListInstanceChanges"),
+        (120.0, "ListInstances"),
+    ]
+    assert world.transport.writes[writes:] == [Write(120.0, "PATCH", "/api/v1/nodes/n3/status")]
+    failed = [e for e in logs if e["event"] == "node.address-cursor-failed"]
+    assert "instances_cursor returned '', not a non-empty string" in failed[-1]["error"]
