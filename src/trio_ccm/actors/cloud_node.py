@@ -28,20 +28,19 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Sequence
 from functools import partial
 from typing import Final
 
 import prometheus_client
 import trio
 
+from trio_ccm.actors.address_sync import AddressSync, addresses_for
 from trio_ccm.actors.backoff import NODE_RETRY_BASE_S, NODE_RETRY_CAP_S, Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext, ControllerSetup, info, warn
 from trio_ccm.actors.keyed import Message
-from trio_ccm.actors.node_addresses import desired_addresses
-from trio_ccm.actors.passes import own_failure, serve_passes
+from trio_ccm.actors.passes import serve_passes
 from trio_ccm.actors.views import has_taint, node_addresses, node_info
-from trio_ccm.base.pacing import Paced
 from trio_ccm.cloud.provider import (
     InstanceMetadata,
     InstanceNotFoundError,
@@ -50,12 +49,10 @@ from trio_ccm.cloud.provider import (
     NodeAddress,
 )
 from trio_ccm.errors import CcmError
-from trio_ccm.kube.errors import KubeError, NotFoundError
 from trio_ccm.kube.informer import Gone, Update
 from trio_ccm.kube.objects import NODES, Node
 from trio_ccm.kube.patches import Patch, initialize_node, set_labels, set_node_addresses
 from trio_ccm.kube.wellknown import (
-    ANNOTATION_PROVIDED_NODE_IP,
     CLOUD_NODE_CONTROLLER,
     COMPONENT_CLOUD_NODE,
     LABEL_INSTANCE_TYPE,
@@ -150,23 +147,12 @@ class CloudNodeController(Controller):
             nursery.start_soon(
                 partial(
                     serve_passes,
-                    term.sync_addresses,
+                    term.addresses.sync,
                     name=ctx.name,
                     period_s=ctx.settings.node_status_update_frequency_s,
                     sliding=True,
                 )
             )
-
-
-def _reports_what_it_has(node: Node, metadata: InstanceMetadata) -> bool:
-    """Whether the cloud reports exactly the Node's addresses, with no provided node IP to
-    order them by: then `desired_addresses` would return them unchanged, so the periodic
-    sync compares the two tuples (their structs compare in C) and builds nothing. At
-    100,000 Nodes nearly every Node of every period takes this path."""
-    return (
-        node.status.addresses == metadata.node_addresses
-        and ANNOTATION_PROVIDED_NODE_IP not in node.metadata.annotations
-    )
 
 
 def _legacy_labels_wanted(node: Node) -> dict[str, str]:
@@ -190,6 +176,15 @@ class _CloudNodeTerm:
         # The periodic address sync's parallelism (upstream: 0 means --concurrent-node-syncs).
         self.status_workers = (
             ctx.settings.concurrent_node_status_updates or ctx.settings.concurrent_node_syncs
+        )
+        # The periodic address sync (actors/address_sync.py): it learns of Node changes
+        # from `has_work` and `forget`.
+        self.addresses = AddressSync(
+            ctx,
+            instances,
+            owners=self.owners,
+            write=self.write_addresses,
+            workers=self.status_workers,
         )
         # Per Node: its spec.providerID (and the reverse index), and the provider ID a
         # refusal Warning was given for. Seeded from the cache, kept by `sync`, dropped by
@@ -230,6 +225,7 @@ class _CloudNodeTerm:
         """The Node is gone: drop all that is kept about it."""
         self.forget_claim(name)
         self.refused.pop(name, None)
+        self.addresses.forget(name)
 
     # -- cloud lookups -----------------------------------------------------------------
     async def metadata(self, node: Node) -> InstanceMetadata:
@@ -266,7 +262,10 @@ class _CloudNodeTerm:
         self.note(node)
         if node.metadata.deletion_timestamp:
             return False
-        return has_taint(node, TAINT_UNINITIALIZED) or bool(_legacy_labels_wanted(node))
+        if has_taint(node, TAINT_UNINITIALIZED):
+            return True
+        self.addresses.node_changed(node.metadata.name)  # compared by the next address sync
+        return bool(_legacy_labels_wanted(node))
 
     async def sync(self, name: str, message: Message[Node]) -> str | None:
         """One Node: initialise it while it carries the uninitialized taint, else reconcile
@@ -279,6 +278,7 @@ class _CloudNodeTerm:
         if node.metadata.deletion_timestamp:
             return None
         if not has_taint(node, TAINT_UNINITIALIZED):
+            self.addresses.node_changed(name)  # compared by the next address sync
             return await self.reconcile_legacy_labels(node)
         if name in self.refused and self.refused[name] == node.spec.provider_id:
             return None  # refused with a Warning already; waits for the Node to change
@@ -332,7 +332,7 @@ class _CloudNodeTerm:
                 "does not belong to this instance",
             )
             return None
-        addresses = self.desired_addresses(node, metadata)
+        addresses = addresses_for(node, metadata)
         labels = self.labels_for(node, metadata)
         patch = initialize_node(
             taints=node.spec.taints,
@@ -412,16 +412,6 @@ class _CloudNodeTerm:
                 labels[key] = value
         return {k: v for k, v in labels.items() if node.metadata.labels.get(k) != v}
 
-    @staticmethod
-    def desired_addresses(node: Node, metadata: InstanceMetadata) -> list[NodeAddress] | None:
-        """The addresses the cloud says the Node should have (None: leave them)."""
-        return desired_addresses(
-            node.metadata.name,
-            metadata.node_addresses,
-            node_addresses(node),
-            node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP),
-        )
-
     async def write_addresses(self, node: Node, addresses: Sequence[NodeAddress]) -> None:
         if tuple(addresses) == node_addresses(node):
             return
@@ -448,75 +438,3 @@ class _CloudNodeTerm:
         except ValueError:
             return None
         return max(0.0, (self.ctx.now() - moment).total_seconds())
-
-    # -- the periodic address sync ---------------------------------------------------------
-    async def sync_addresses(self) -> None:
-        """One pass: every initialised Node's addresses, from bulk lookups when possible."""
-        nodes = [
-            n
-            for n in self.ctx.nodes.items()
-            if not has_taint(n, TAINT_UNINITIALIZED) and not n.metadata.deletion_timestamp
-        ]
-        if not nodes:
-            return
-        started = trio.current_time()
-        found: Mapping[str, InstanceMetadata | None]
-        if self.ctx.batcher is not None:
-            found = await self.ctx.batcher.all_metadata([node_info(n) for n in nodes])
-        else:
-            found = await self.lookup_each(nodes)
-        # Compared here, in paced steps; a task (under the status workers' limiter) only for
-        # the Nodes whose addresses change: a period costs no task per unchanged Node.
-        limiter = trio.CapacityLimiter(self.status_workers)
-        paced = Paced()
-        async with trio.open_nursery() as nursery:
-            for node in nodes:
-                await paced.step()
-                metadata = found.get(node.metadata.name)
-                current = self.ctx.nodes.get(node.metadata.name)
-                if metadata is None or current is None or _reports_what_it_has(current, metadata):
-                    continue
-                if has_taint(current, TAINT_UNINITIALIZED):
-                    continue
-                try:
-                    addresses = self.desired_addresses(current, metadata)
-                except CcmError as exc:
-                    log.warning(
-                        "node.address-sync-failed", node=current.metadata.name, error=str(exc)
-                    )
-                    continue
-                if addresses is not None and tuple(addresses) != node_addresses(current):
-                    nursery.start_soon(self.update_one, current.metadata.name, metadata, limiter)
-        log.debug("node.addresses-synced", nodes=len(nodes), took_s=trio.current_time() - started)
-
-    async def lookup_each(self, nodes: Sequence[Node]) -> dict[str, InstanceMetadata | None]:
-        limiter = trio.CapacityLimiter(self.status_workers)
-        found: dict[str, InstanceMetadata | None] = {}
-
-        async def one(node: Node) -> None:
-            async with limiter:
-                with own_failure("node.address-lookup-failed", node=node.metadata.name):
-                    found[node.metadata.name] = await self.instances.instance_metadata(
-                        node_info(node)
-                    )
-
-        async with trio.open_nursery() as nursery:
-            for node in nodes:
-                nursery.start_soon(one, node)
-        return found
-
-    async def update_one(
-        self, name: str, metadata: InstanceMetadata, limiter: trio.CapacityLimiter
-    ) -> None:
-        async with limiter:
-            current = self.ctx.nodes.get(name)
-            if current is None or has_taint(current, TAINT_UNINITIALIZED):
-                return
-            try:
-                addresses = self.desired_addresses(current, metadata)
-                if addresses is not None:
-                    await self.write_addresses(current, addresses)
-            except NotFoundError:
-                return
-            except (CcmError, KubeError) as exc:
-                log.warning("node.address-sync-failed", node=current.metadata.name, error=str(exc))

@@ -6,6 +6,8 @@ from trio_ccm.cloud.provider import (
     CloudProvider,
     ClusterIdentityAware,
     ImplementedElsewhere,
+    InstanceChangeFeed,
+    InstanceChanges,
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
@@ -25,6 +27,7 @@ from trio_ccm.cloud.provider import (
     ServiceInfo,
     ServicePort,
     ServiceRefused,
+    StaleCursorError,
     ThrottledError,
     default_load_balancer_name,
 )
@@ -34,6 +37,8 @@ __all__ = [
     "CloudProvider",
     "ClusterIdentityAware",
     "ImplementedElsewhere",
+    "InstanceChangeFeed",
+    "InstanceChanges",
     "InstanceMetadata",
     "InstanceNotFoundError",
     "Instances",
@@ -53,6 +58,7 @@ __all__ = [
     "ServiceInfo",
     "ServicePort",
     "ServiceRefused",
+    "StaleCursorError",
     "ThrottledError",
     "default_load_balancer_name",
 ]

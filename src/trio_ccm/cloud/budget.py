@@ -58,6 +58,8 @@ from trio_ccm.cloud.fence import guarding
 from trio_ccm.cloud.provider import (
     BulkInstances,
     CloudProvider,
+    InstanceChangeFeed,
+    InstanceChanges,
     InstanceMetadata,
     Instances,
     LoadBalancerInventory,
@@ -92,6 +94,8 @@ METHOD_FAMILIES: Final[Mapping[str, str]] = MappingProxyType(
         "instance_exists": "instances",
         "instance_shutdown": "instances",
         "instances_metadata": "instances",
+        "instances_cursor": "instances",
+        "instances_changed_since": "instances",
         "get_load_balancer": "load_balancers",
         "ensure_load_balancer": "load_balancers",
         "update_load_balancer": "load_balancers",
@@ -453,7 +457,7 @@ class CloudBudget:
         """The same provider with every budgeted method going through this budget.
 
         The capabilities are read once, here: `None` stays `None`, and an `instances` that
-        also implements `BulkInstances` gives a wrapper that does too.
+        also implements `BulkInstances` (or `InstanceChangeFeed`) gives a wrapper that does too.
         """
         return _BudgetedProvider(provider, self)
 
@@ -481,6 +485,35 @@ class _BudgetedBulkInstances(_BudgetedInstances):
 
     async def instances_metadata(self, nodes: Sequence[NodeInfo]) -> Mapping[str, InstanceMetadata]:
         return await self._budget.call("instances_metadata", self._bulk.instances_metadata, nodes)
+
+
+class _BudgetedChangeFeed:
+    """The change feed's methods, mixed into an instances wrapper whose provider has one."""
+
+    _budget: CloudBudget
+    _feed: InstanceChangeFeed
+
+    async def instances_cursor(self) -> str:
+        return await self._budget.call("instances_cursor", self._feed.instances_cursor)
+
+    async def instances_changed_since(self, cursor: str) -> InstanceChanges:
+        return await self._budget.call(
+            "instances_changed_since", self._feed.instances_changed_since, cursor
+        )
+
+
+class _BudgetedFeedInstances(_BudgetedChangeFeed, _BudgetedInstances):
+    def __init__(self, inner: Instances, feed: InstanceChangeFeed, budget: CloudBudget) -> None:
+        super().__init__(inner, budget)
+        self._feed = feed
+
+
+class _BudgetedBulkFeedInstances(_BudgetedChangeFeed, _BudgetedBulkInstances):
+    def __init__(
+        self, inner: Instances, bulk: BulkInstances, feed: InstanceChangeFeed, budget: CloudBudget
+    ) -> None:
+        super().__init__(inner, bulk, budget)
+        self._feed = feed
 
 
 class _BudgetedLoadBalancers:
@@ -568,10 +601,17 @@ class _BudgetedProvider:
         self._inner = inner
         self.name = inner.name
         instances = inner.instances
+        feed = instances if isinstance(instances, InstanceChangeFeed) else None
         if instances is None:
             self.instances = None
         elif isinstance(instances, BulkInstances):
-            self.instances = _BudgetedBulkInstances(instances, instances, budget)
+            self.instances = (
+                _BudgetedBulkInstances(instances, instances, budget)
+                if feed is None
+                else _BudgetedBulkFeedInstances(instances, instances, feed, budget)
+            )
+        elif feed is not None:
+            self.instances = _BudgetedFeedInstances(instances, feed, budget)
         else:
             self.instances = _BudgetedInstances(instances, budget)
         lbs = inner.load_balancers

@@ -11,7 +11,10 @@ are then skipped with a log line):
 - `instances` (`Instances`): instance metadata, existence and shutdown, per Node. A
   provider may also offer `BulkInstances.instances_metadata`, which answers for many Nodes
   in one cloud call; trio-ccm then coalesces concurrent per-Node lookups and serves the
-  periodic address sync and lifecycle check from one bulk call per period.
+  periodic address sync and lifecycle check from one bulk call per period. And it may offer
+  `InstanceChangeFeed` (the instances changed since a cursor): the periodic address sync
+  then compares only the Nodes whose instance changed (or that changed themselves), instead
+  of every Node every period.
 - `load_balancers` (`LoadBalancers`): one cloud load balancer per Service. It may also
   offer `LoadBalancerInventory` (list the load balancers made for this cluster, delete one
   by what the list said), which the service controller's sweep for leaked load balancers
@@ -56,6 +59,8 @@ __all__ = [
     "CloudProvider",
     "ClusterIdentityAware",
     "ImplementedElsewhere",
+    "InstanceChangeFeed",
+    "InstanceChanges",
     "InstanceMetadata",
     "InstanceNotFoundError",
     "Instances",
@@ -74,6 +79,7 @@ __all__ = [
     "ServiceInfo",
     "ServicePort",
     "ServiceRefused",
+    "StaleCursorError",
     "ThrottledError",
     "default_load_balancer_name",
 ]
@@ -98,6 +104,15 @@ class InvalidProviderIDError(CcmError):
     Raise it from `instance_metadata`, `instance_exists` or `instance_shutdown` before any
     cloud call. trio-ccm then gives the Node one Warning Event (`InvalidProviderID`), leaves
     it uninitialised and never deletes it; it looks again only when the Node changes.
+    """
+
+
+class StaleCursorError(CcmError):
+    """The cloud cannot say what changed since this cursor: it is too old, from before a
+    restart of the cloud's change log, or not one the cloud gave out.
+
+    Raise it from `InstanceChangeFeed.instances_changed_since`. trio-ccm then compares every
+    Node once (a full pass, with a new cursor taken first), so no change is lost.
     """
 
 
@@ -191,6 +206,22 @@ class InstanceMetadata:
     region: str = ""
     additional_labels: Mapping[str, str] = field(default_factory=dict)
     shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceChanges:
+    """What `InstanceChangeFeed.instances_changed_since` answers.
+
+    `changed` holds the metadata of every instance whose metadata changed after the cursor
+    asked from, keyed by provider ID, spelled as `instance_metadata` spells it (and as
+    trio-ccm writes it into `spec.providerID`). It may hold instances that did not change
+    (a feed may over-report, never under-report); instances that are gone need not be in
+    it (the lifecycle controller finds those). `cursor` is where this answer ends: trio-ccm
+    asks from it next time, and never reads it.
+    """
+
+    cursor: str
+    changed: Mapping[str, InstanceMetadata] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +322,31 @@ class BulkInstances(Protocol):
         A Node missing from the answer has no instance. trio-ccm asks `instance_exists`
         before deleting such a Node, so a bulk listing that misses an instance (eventual
         consistency) never deletes a Node on its own.
+        """
+        ...
+
+
+@runtime_checkable
+class InstanceChangeFeed(Protocol):
+    """Optional, beside `Instances`: what changed in the cloud's instances since a cursor.
+
+    A cloud that keeps a change log (a revision per instance, a `changes-since` filter)
+    implements it on its `instances`; the periodic address sync then asks only what changed
+    since its last pass. Without it, every pass looks up every Node (in bulk calls when the
+    provider offers `BulkInstances`), as before: the feed is never required.
+    """
+
+    async def instances_cursor(self) -> str:
+        """The cloud's position now: `instances_changed_since` with it reports every change
+        made after this call started. trio-ccm takes one before a pass over every Node."""
+        ...
+
+    async def instances_changed_since(self, cursor: str) -> InstanceChanges:
+        """The instances changed after `cursor` (from `instances_cursor` or an earlier
+        answer), and the cursor to ask from next time.
+
+        Raise `StaleCursorError` when the cloud cannot answer from `cursor`; any error is
+        safe: trio-ccm then compares every Node once and takes a new cursor.
         """
         ...
 
@@ -436,3 +492,8 @@ def inventory(lbs: LoadBalancers) -> LoadBalancerInventory | None:
 def bulk_instances(instances: Instances) -> BulkInstances | None:
     """The provider's bulk lookup, when its `instances` also implements BulkInstances."""
     return instances if isinstance(instances, BulkInstances) else None
+
+
+def change_feed(instances: Instances) -> InstanceChangeFeed | None:
+    """The provider's change feed, when its `instances` also implements InstanceChangeFeed."""
+    return instances if isinstance(instances, InstanceChangeFeed) else None

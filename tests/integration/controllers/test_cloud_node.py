@@ -277,18 +277,20 @@ async def test_legacy_beta_labels_are_reconciled(autojump_clock: trio.testing.Mo
                 await trio.sleep(1)  # its echo: nothing more
         # At once (no cloud lookup to wait for), in one write.
         assert world.transport.writes == [Write(0.0, "PATCH", "/api/v1/nodes/old")]
-        # No lookup for the Node itself: the one call is the periodic address sync's listing,
-        # made when the controller starts.
+        # No lookup for the Node itself: the calls are the periodic address sync's first
+        # (full) pass when the controller starts: the change feed's cursor, then the listing.
         assert [(c.time, c.method) for c in world.cloud.calls_by("instances")] == [
-            (0.0, "ListInstances")
+            (0.0, "ListInstanceChanges"),
+            (0.0, "ListInstances"),
         ]
 
 
 async def test_periodic_address_sync_uses_one_bulk_call_per_period(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Every --node-status-update-frequency, all initialised Nodes' addresses are refreshed
-    from one bulk listing; a changed address is patched, unchanged ones are not."""
+    """The first --node-status-update-frequency pass with initialised Nodes refreshes all
+    their addresses from one bulk listing (after taking the change feed's cursor); a changed
+    address is patched, unchanged ones are not."""
     async with open_world() as world:
         insts = [world.cloud.add_instance(f"n{i}") for i in range(10)]
         for i in range(10):
@@ -304,8 +306,8 @@ async def test_periodic_address_sync_uses_one_bulk_call_per_period(
         # The periods count from the controller's start (t=0), not from the initialisations.
         sweeps = world.cloud.calls_by("instances")
         assert [(c.time, c.method) for c in sweeps] == [
+            (60.0, "ListInstanceChanges"),
             (60.0, "ListInstances"),
-            (120.0, "ListInstances"),
         ]
         assert world.node("n3")["status"]["addresses"][0] == {
             "type": "InternalIP",

@@ -680,6 +680,8 @@ def test_method_families_cover_the_budgeted_methods() -> None:
             "instance_exists",
             "instance_shutdown",
             "instances_metadata",
+            "instances_cursor",
+            "instances_changed_since",
             "get_load_balancer",
             "ensure_load_balancer",
             "update_load_balancer",

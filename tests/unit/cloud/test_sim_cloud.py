@@ -126,6 +126,7 @@ async def test_list_and_get_instances(cloud: SimCloud, client: httpx.AsyncClient
         "externalIPs": [],
         "hostname": "b",
         "state": "running",
+        "revision": 2,
     }
     assert missing.status_code == 404
     assert missing.json() == {
@@ -179,6 +180,56 @@ async def test_set_addresses_replaces_only_what_is_given(cloud: SimCloud) -> Non
     changed = cloud.set_addresses(node.id, internal=["10.1.1.1", "fd00::1"])
     assert changed.internal_ips == ("10.1.1.1", "fd00::1")
     assert changed.external_ips == ("198.51.100.1",)
+
+
+async def test_instance_changes_list_what_changed_after_a_revision(
+    autojump_clock: trio.testing.MockClock, cloud: SimCloud, client: httpx.AsyncClient
+) -> None:
+    """/v1/instance-changes?since=R lists the instances changed after revision R (a launch,
+    new addresses, a stop, becoming visible) with the revision to ask from next; without
+    `since`, only the revision."""
+    a, b = cloud.add_instance("a"), cloud.add_instance("b")
+    with trio.fail_after(LIMIT_S):
+        start = (await client.get("/v1/instance-changes")).json()
+        nothing = (await client.get("/v1/instance-changes", params={"since": "2"})).json()
+        cloud.set_addresses(b.id, internal=["10.9.9.9"])
+        cloud.stop(a.id)
+        cloud.stop(a.id)  # stopping a stopped instance changes nothing
+        cloud.faults.consistency_delay_s = 5.0
+        late = cloud.add_instance("late")
+        before_visible = (await client.get("/v1/instance-changes", params={"since": "2"})).json()
+        await trio.sleep(5.0)
+        after_visible = (
+            await client.get(
+                "/v1/instance-changes", params={"since": str(before_visible["revision"])}
+            )
+        ).json()
+    assert start == {"revision": 2, "instances": []}
+    assert nothing == {"revision": 2, "instances": []}
+    assert [(i["name"], i["revision"]) for i in before_visible["instances"]] == [("a", 4), ("b", 3)]
+    assert before_visible["revision"] == 5
+    assert [(i["id"], i["revision"]) for i in after_visible["instances"]] == [(late.id, 6)]
+    assert after_visible["revision"] == 6
+
+
+@pytest.mark.parametrize(
+    ("since", "status", "message"),
+    [
+        pytest.param("x1", 400, "since='x1' is not a revision", id="not-a-number"),
+        pytest.param("-1", 400, "since='-1' is not a revision", id="negative"),
+        pytest.param("9", 410, "revision 9 is ahead of this cloud's 1", id="ahead-restarted"),
+    ],
+)
+async def test_instance_changes_refuse_a_bad_revision(
+    cloud: SimCloud, client: httpx.AsyncClient, since: str, status: int, message: str
+) -> None:
+    """A `since` that is no revision is a 400; one ahead of the cloud's (a restarted cloud)
+    is a 410 telling the caller to list everything."""
+    cloud.add_instance("a")
+    with trio.fail_after(LIMIT_S):
+        response = await client.get("/v1/instance-changes", params={"since": since})
+    assert response.status_code == status
+    assert message in response.json()["error"]["message"]
 
 
 async def test_consistency_delay_hides_new_instances(

@@ -13,6 +13,7 @@ import trio.testing
 
 from trio_ccm.cloud.provider import (
     CloudProvider,
+    InstanceChanges,
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
@@ -27,8 +28,10 @@ from trio_ccm.cloud.provider import (
     Routes,
     ServiceInfo,
     ServicePort,
+    StaleCursorError,
     ThrottledError,
     bulk_instances,
+    change_feed,
 )
 from trio_ccm.cloud.sim import (
     SimCloudError,
@@ -244,6 +247,69 @@ async def test_bulk_metadata_for_many_nodes_lists_everything(
         answer = await _instances(provider).instances_metadata([NodeInfo(name=n) for n in names])
     assert len(answer) == count
     assert [(c.method, c.target) for c in cloud.calls] == [("ListInstances", "")]
+
+
+async def test_changes_since_a_cursor_are_the_changed_instances(
+    cloud: SimCloud, provider: SimProvider
+) -> None:
+    """The change feed: a cursor first (one call, no instances), then exactly the live
+    instances changed after it, keyed by provider ID, with the cursor to ask from next."""
+    one, two = cloud.add_instance("n1"), cloud.add_instance("n2")
+    instances = _instances(provider)
+    assert change_feed(instances) is instances
+    with trio.fail_after(LIMIT_S):
+        cursor = await instances.instances_cursor()
+        unchanged = await instances.instances_changed_since(cursor)
+        cloud.set_addresses(two.id, internal=["10.9.9.9"])
+        cloud.terminate(one.id)  # gone: not reported (the lifecycle controller finds it)
+        changes = await instances.instances_changed_since(unchanged.cursor)
+    assert unchanged == InstanceChanges(cursor=cursor, changed={})
+    assert list(changes.changed) == [f"sim://sim-region-1a/{two.id}"]
+    assert changes.changed[f"sim://sim-region-1a/{two.id}"].node_addresses[0] == NodeAddress(
+        "InternalIP", "10.9.9.9"
+    )
+    assert int(changes.cursor) > int(cursor)
+    assert [(c.method, c.target) for c in cloud.calls] == [
+        ("ListInstanceChanges", ""),
+        ("ListInstanceChanges", cursor),
+        ("ListInstanceChanges", cursor),
+    ]
+
+
+async def test_a_cursor_the_cloud_cannot_answer_is_stale(
+    cloud: SimCloud, provider: SimProvider
+) -> None:
+    """A cursor that is no revision (refused before any call), or one ahead of a restarted
+    cloud (its 410), is a StaleCursorError."""
+    cloud.add_instance("n1")
+    instances = _instances(provider)
+    with trio.fail_after(LIMIT_S):
+        with pytest.raises(StaleCursorError, match="not a revision"):
+            await instances.instances_changed_since("yesterday")
+        assert cloud.calls == []
+        with pytest.raises(StaleCursorError, match="ahead of this cloud's 1"):
+            await instances.instances_changed_since("42")
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        pytest.param(
+            {"revision": 3, "instances": []}, "older than the 7 asked from", id="backwards"
+        ),
+        pytest.param({"revision": -1, "instances": []}, "unreadable answer", id="negative"),
+        pytest.param({"instances": []}, "unreadable answer", id="no-revision"),
+    ],
+)
+async def test_a_garbage_change_answer_is_a_sim_cloud_error(
+    body: dict[str, object], match: str
+) -> None:
+    """An answer of the change log that cannot be trusted is a SimCloudError naming it."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    provider = SimProvider(url="http://c", replica="r", transport=transport)
+    with trio.fail_after(LIMIT_S), pytest.raises(SimCloudError, match=match):
+        await _instances(provider).instances_changed_since("7")
+    await provider.aclose()
 
 
 async def test_foreign_provider_id_is_an_error(provider: SimProvider, cloud: SimCloud) -> None:

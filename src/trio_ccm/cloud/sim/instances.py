@@ -1,18 +1,22 @@
-"""Instance metadata, existence and shutdown, per Node and in bulk (one listing call)."""
+"""Instance metadata, existence and shutdown, per Node and in bulk (one listing call), and
+the instances changed since a revision (the simulated cloud's change log)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
 from trio_ccm.cloud.provider import (
+    InstanceChanges,
     InstanceMetadata,
     InstanceNotFoundError,
     InvalidProviderIDError,
     NodeAddress,
     NodeInfo,
+    StaleCursorError,
 )
 from trio_ccm.cloud.sim.client import SimClient, segment
-from trio_ccm.cloud.sim.wire import InstanceListWire, InstanceWire
+from trio_ccm.cloud.sim.errors import SimCloudError
+from trio_ccm.cloud.sim.wire import InstanceChangesWire, InstanceListWire, InstanceWire
 
 SCHEME = "sim://"
 BULK_QUERY_LIMIT = 64 * 1024
@@ -62,7 +66,8 @@ def _live(instances: Iterable[InstanceWire]) -> Iterable[InstanceWire]:
 
 
 class SimInstances:
-    """Instances and BulkInstances over the simulated cloud's `/v1/instances`."""
+    """Instances and BulkInstances over the simulated cloud's `/v1/instances`, and
+    InstanceChangeFeed over its `/v1/instance-changes` (a cursor is a revision)."""
 
     def __init__(self, client: SimClient) -> None:
         self._client = client
@@ -152,3 +157,48 @@ class SimInstances:
             if found is not None:
                 answer[node.name] = metadata(found)
         return answer
+
+    async def instances_cursor(self) -> str:
+        """The cloud's revision now."""
+        return str((await self._changes("")).revision)
+
+    async def instances_changed_since(self, cursor: str) -> InstanceChanges:
+        """The live instances changed after revision `cursor`, by provider ID.
+
+        StaleCursorError when `cursor` is not a revision or the cloud has none so high
+        (it restarted); SimCloudError when its answer goes back before `cursor`.
+        """
+        if not cursor.isdigit():
+            raise StaleCursorError(
+                f"sim cloud: cursor {cursor!r} is not a revision of the simulated cloud"
+            )
+        answer = await self._changes(cursor)
+        if answer.revision < int(cursor):
+            raise SimCloudError(
+                f"sim cloud ListInstanceChanges {cursor}: the cloud answered revision "
+                f"{answer.revision}, older than the {cursor} asked from; its change log "
+                "cannot be trusted",
+                method="ListInstanceChanges",
+                target=cursor,
+            )
+        changed = {
+            provider_id(instance.zone, instance.id): metadata(instance)
+            for instance in _live(answer.instances)
+        }
+        return InstanceChanges(cursor=str(answer.revision), changed=changed)
+
+    async def _changes(self, since: str) -> InstanceChangesWire:
+        try:
+            response = await self._client.request(
+                "ListInstanceChanges",
+                since,
+                "GET",
+                "/v1/instance-changes",
+                params={"since": since} if since else None,
+            )
+        except SimCloudError as exc:
+            if exc.status == 410:
+                raise StaleCursorError(str(exc)) from exc
+            raise
+        assert response is not None
+        return self._client.decode("ListInstanceChanges", since, response, InstanceChangesWire)

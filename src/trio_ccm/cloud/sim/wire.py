@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 
@@ -21,6 +23,11 @@ class InstanceWire(msgspec.Struct, frozen=True, gc=False, rename="camel"):
 
 class InstanceListWire(msgspec.Struct, frozen=True, gc=False):
     instances: tuple[InstanceWire, ...]
+
+
+class InstanceChangesWire(msgspec.Struct, frozen=True, gc=False):
+    revision: Annotated[int, msgspec.Meta(ge=0)]
+    instances: tuple[InstanceWire, ...] = ()
 
 
 class IngressWire(msgspec.Struct, frozen=True):

@@ -12,6 +12,7 @@ CODES = MappingProxyType(
         404: "NotFound",
         405: "MethodNotAllowed",
         409: "Conflict",
+        410: "Gone",
         429: "Throttled",
         500: "InternalError",
         502: "BadGateway",

@@ -33,6 +33,7 @@ METHOD_FAMILIES = MappingProxyType(
     {
         "Health": "health",
         "ListInstances": "instances",
+        "ListInstanceChanges": "instances",
         "GetInstance": "instances",
         "ListLoadBalancers": "loadbalancers",
         "GetLoadBalancer": "loadbalancers",

@@ -12,7 +12,8 @@ INSTANCE_STATES = ("running", "stopped", "terminated")
 
 @dataclass(frozen=True, slots=True)
 class Instance:
-    """A virtual machine. `visible_at` is when lookups first see it (eventual consistency)."""
+    """A virtual machine. `visible_at` is when lookups first see it (eventual consistency);
+    `revision` is the cloud's revision when it last changed (or became visible)."""
 
     id: str
     name: str
@@ -26,6 +27,7 @@ class Instance:
     created_at: float
     visible_at: float
     terminated_at: float | None = None
+    revision: int = 0
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -38,6 +40,7 @@ class Instance:
             "externalIPs": list(self.external_ips),
             "hostname": self.hostname,
             "state": self.state,
+            "revision": self.revision,
         }
 
 

@@ -151,6 +151,11 @@ class SimCloud:
         self._terminated: set[str] = set()
         self._internal_in_use: Counter[str] = Counter()
         self._next_internal = _FIRST_INTERNAL_OFFSET
+        # Every change of an instance (launch, addresses, state) takes the next revision,
+        # and so does its becoming visible: `GET /v1/instance-changes?since=R` lists the
+        # instances whose revision is above R. `_unseen`: ids of instances not yet visible.
+        self._revision = 0
+        self._unseen: set[str] = set()
         self._load_balancers: dict[str, LoadBalancer] = {}
         self._routes: dict[tuple[str, str], CloudRoute] = {}
 
@@ -200,8 +205,11 @@ class SimCloud:
             state=state,
             created_at=now,
             visible_at=now + self.faults.consistency_delay_s,
+            revision=self._next_revision(),
         )
         self._instances[instance.id] = instance
+        if instance.visible_at > now:
+            self._unseen.add(instance.id)
         self._names[name] = instance.id
         self._internal_in_use.update(internal)
         return instance
@@ -233,7 +241,9 @@ class SimCloud:
         if instance.state == "terminated":
             return instance
         now = _trio_now()
-        updated = replace(instance, state="terminated", terminated_at=now)
+        updated = replace(
+            instance, state="terminated", terminated_at=now, revision=self._next_revision()
+        )
         self._instances[instance_id] = updated
         self._terminated.add(instance_id)
         if self._names.get(instance.name) == instance_id:
@@ -258,6 +268,7 @@ class SimCloud:
             external_ips=instance.external_ips
             if external is None
             else self._addresses(external, f"{instance_id}: external IP"),
+            revision=self._next_revision(),
         )
         self._instances[instance_id] = updated
         self._internal_in_use.subtract(instance.internal_ips)
@@ -268,9 +279,21 @@ class SimCloud:
         instance = self.instance(instance_id)
         if instance.state == "terminated":
             raise conflict(f"instance {instance_id} is terminated")
-        updated = replace(instance, state=state)
+        if instance.state == state:
+            return instance
+        updated = replace(instance, state=state, revision=self._next_revision())
         self._instances[instance_id] = updated
         return updated
+
+    def _next_revision(self) -> int:
+        self._revision += 1
+        return self._revision
+
+    @property
+    def revision(self) -> int:
+        """The cloud's revision: the last one an instance change took."""
+        self._purge(_trio_now())
+        return self._revision
 
     def _new_id(self) -> str:
         while True:
@@ -309,8 +332,16 @@ class SimCloud:
         return None if found is None else self._instances[found]
 
     def _purge(self, now: float) -> None:
-        """Apply held requests now due; forget terminated instances whose retention is over."""
+        """Apply held requests now due; stamp instances that became visible with a new
+        revision; forget terminated instances whose retention is over."""
         self.faults.land(now)
+        if self._unseen:
+            for instance_id in sorted(self._unseen):
+                instance = self._instances.get(instance_id)
+                if instance is None or instance.visible_at <= now:
+                    self._unseen.discard(instance_id)
+                if instance is not None and instance.visible_at <= now:
+                    self._instances[instance_id] = replace(instance, revision=self._next_revision())
         gone = [
             instance_id
             for instance_id in self._terminated
@@ -469,6 +500,12 @@ class SimCloud:
                     f"{key}={','.join(values)}" for key, values in sorted(request.query.items())
                 )
                 return _Endpoint("ListInstances", target, lambda now: self._list(request, now))
+            case ["instance-changes"]:
+                allow("GET")
+                since = request.arg("since")
+                return _Endpoint(
+                    "ListInstanceChanges", since, lambda now: self._changes(since, now)
+                )
             case ["instances", instance_id]:
                 allow("GET")
                 return _Endpoint(
@@ -541,6 +578,31 @@ class SimCloud:
             if not (names or ids) or instance.name in names or instance.id in ids
         ]
         return json_response(200, {"instances": found})
+
+    def _changes(self, since: str, now: float) -> Response:
+        """The instances changed after revision `since` (terminated ones included while they
+        are listed; gone ones are not), and the cloud's revision to ask from next time.
+        Without `since`, only the revision."""
+        self._purge(now)
+        if not since:
+            return json_response(200, {"revision": self._revision, "instances": []})
+        if not since.isdigit():
+            raise bad_request(
+                f"since={since!r} is not a revision: pass the `revision` of an earlier answer"
+            )
+        after = int(since)
+        if after > self._revision:
+            raise SimApiError(
+                410,
+                f"revision {after} is ahead of this cloud's {self._revision} (the cloud "
+                "restarted?): list every instance, then ask from a new revision",
+            )
+        found: list[JSON] = [
+            instance.to_json()
+            for instance in self._instances.values()
+            if instance.revision > after and instance.visible_at <= now
+        ]
+        return json_response(200, {"revision": self._revision, "instances": found})
 
     def _get_instance(self, instance_id: str, now: float) -> Response:
         for instance in self._visible(now):
