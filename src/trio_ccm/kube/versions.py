@@ -29,7 +29,6 @@ one int (about 60 bytes per cached Node).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
@@ -221,7 +220,7 @@ class NodeVersions:
             and conditions is before.status.conditions
         )
         if scalars_same:
-            new_meta = copy.copy(was)
+            new_meta = was.__copy__()  # type: ignore[attr-defined]  # copy.copy's own call, direct
             force_setattr(new_meta, "resource_version", meta.resource_version)
             force_setattr(new_meta, "labels", labels)
             force_setattr(new_meta, "annotations", annotations)
@@ -230,7 +229,7 @@ class NodeVersions:
             share_unchanged(was, new_meta)
         if addresses is before.status.addresses and conditions is before.status.conditions:
             # The status as cached (its Hostname address already shares the name).
-            new = copy.copy(before)
+            new = before.__copy__()  # type: ignore[attr-defined]
             force_setattr(new, "metadata", new_meta)
             force_setattr(new, "spec", spec)
             return new, packed, changed
