@@ -153,10 +153,6 @@ _SPEC: Final = msgspec.json.Decoder(NodeSpec)
 _ADDRESSES: Final = msgspec.json.Decoder(tuple[NodeAddress, ...])
 
 
-def _digest(raw: msgspec.Raw) -> int:
-    return hash(bytes(raw)) & _DIGEST_MASK
-
-
 _DIGEST_MASK: Final = (1 << 64) - 1
 
 
@@ -180,11 +176,12 @@ class NodeVersions:
         self, wire: NodeWire, before: Node | None, memo: NodeMemo | None
     ) -> tuple[Node, NodeMemo, bool]:
         meta, status = wire.metadata, wire.status
+        mask = _DIGEST_MASK  # a part's digest: the 64 bits of its bytes' hash()
         digests = (
-            _digest(meta.labels),
-            _digest(meta.annotations),
-            _digest(wire.spec),
-            _digest(status.addresses),
+            hash(bytes(meta.labels)) & mask,
+            hash(bytes(meta.annotations)) & mask,
+            hash(bytes(wire.spec)) & mask,
+            hash(bytes(status.addresses)) & mask,
         )
         packed = _pack(digests)
         if before is None or memo is None:

@@ -20,10 +20,7 @@ from trio_ccm.kube.errors import GoneError, KubeDecodeError
 from trio_ccm.kube.informer import Changed, Informer
 from trio_ccm.kube.objects import NODES, Node
 
-GONE = {
-    "type": "ERROR",
-    "object": {"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired"},
-}
+GONE: dict[str, Any] = {"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired"}
 
 
 def _node(name: str, rv: int, label: str = "a") -> dict[str, Any]:
@@ -164,7 +161,7 @@ async def test_a_stream_one_byte_per_chunk_gives_one_event_per_batch() -> None:
 @pytest.mark.parametrize(
     ("bad", "error"),
     [
-        pytest.param(_line("ERROR", GONE["object"]), GoneError, id="410-gone"),
+        pytest.param(_line("ERROR", GONE), GoneError, id="410-gone"),
         pytest.param(
             b'{"type": "MODIFIED", "object": {"metadata": 7}}\n', KubeDecodeError, id="bad"
         ),
@@ -209,7 +206,7 @@ async def test_informer_applies_a_chunk_in_order_with_bookmarks_then_relists_on_
         + _line("MODIFIED", _node("n2", 13, "z"))
         + _bookmark(14)
     )
-    gone = _line("ERROR", GONE["object"])
+    gone = _line("ERROR", GONE)
     transport = Scripted(nodes, 3, [[chunk[:50], chunk[50:] + gone]], later=(after, 20))
     informer = Informer(_client(transport), NODES, Node, rng=random.Random(1))
     order: list[str] = []
