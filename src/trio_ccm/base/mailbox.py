@@ -64,10 +64,12 @@ class Mailbox(Generic[K, V]):
         if self._closed:
             raise trio.ClosedResourceError("mailbox is closed")
         self._puts += 1
-        if key in self._pending:
+        pending = self._pending
+        if key in pending:
             self._coalesced += 1
-        self._pending[key] = value
-        self._peak = max(self._peak, len(self._pending))
+        pending[key] = value
+        if len(pending) > self._peak:
+            self._peak = len(pending)
         self._wakeup.set()
 
     def get_nowait(self) -> tuple[K, V]:

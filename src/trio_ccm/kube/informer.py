@@ -7,7 +7,8 @@ reports objects that vanished meanwhile as deleted. A periodic relist (upstream'
 delivers only real changes. A new version of an object is compared with the version it
 replaces before it is built, and shares its unchanged parts (`kube/versions.py`): a Node's
 heartbeat costs a few small structs and decodes none of its labels, spec or addresses.
-Watch lines are decoded with their object in one parse (`KubeClient.watch_as`).
+Watch lines are decoded with their object in one parse, the lines of each received chunk
+together (`KubeClient.watch_batches_as`), and applied in one step.
 
 Subscribers (`async with informer.subscription() as mailbox`) get a `Mailbox` of key ->
 latest message, `Changed(obj)` or `Gone(last)`: they see the newest state of every changed
@@ -298,7 +299,7 @@ class Informer(Generic[T]):
     async def _watch_once(self, timeout_s: float) -> None:
         """One watch request, until the server ends it or it goes quiet for too long."""
         self.watches += 1
-        async with self.client.watch_as(
+        async with self.client.watch_batches_as(
             self.resource,
             self._versions.wire,
             resource_version=self.resource_version,
@@ -306,23 +307,26 @@ class Informer(Generic[T]):
             timeout_s=math.ceil(timeout_s),
             label_selector=self.label_selector,
             field_selector=self.field_selector,
-        ) as events:
-            # One scope per watch whose deadline moves with every event (cheaper than a
-            # fresh scope per event): a watch silent for inactivity_s is abandoned.
+        ) as batches:
+            # One scope per watch whose deadline moves with every received chunk of events
+            # (cheaper than a fresh scope, or a move, per event): a watch silent for
+            # inactivity_s is abandoned. A chunk's events are applied in one step, with no
+            # checkpoint between them, so a cancellation never leaves one half applied.
             with trio.CancelScope() as quiet:
                 quiet.deadline = trio.current_time() + self.inactivity_s
-                async for event in events:
+                async for batch in batches:
                     now = trio.current_time()
                     quiet.deadline = now + self.inactivity_s
                     self.last_activity = now
-                    self._apply(event)
+                    for event in batch:
+                        self._apply(event)
             if quiet.cancelled_caught:
                 log.warning(
                     "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
                 )
 
     def _apply(self, event: Watched[Any]) -> None:
-        wire = event.object  # decoded with its line (`KubeClient.watch_as`)
+        wire = event.object  # decoded with its line (`KubeClient.watch_batches_as`)
         if event.type == "BOOKMARK":
             self.resource_version = wire.metadata.resource_version
             return

@@ -29,7 +29,6 @@ one int (about 60 bytes per cached Node).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
@@ -154,10 +153,6 @@ _SPEC: Final = msgspec.json.Decoder(NodeSpec)
 _ADDRESSES: Final = msgspec.json.Decoder(tuple[NodeAddress, ...])
 
 
-def _digest(raw: msgspec.Raw) -> int:
-    return hash(bytes(raw)) & _DIGEST_MASK
-
-
 _DIGEST_MASK: Final = (1 << 64) - 1
 
 
@@ -181,11 +176,12 @@ class NodeVersions:
         self, wire: NodeWire, before: Node | None, memo: NodeMemo | None
     ) -> tuple[Node, NodeMemo, bool]:
         meta, status = wire.metadata, wire.status
+        mask = _DIGEST_MASK  # a part's digest: the 64 bits of its bytes' hash()
         digests = (
-            _digest(meta.labels),
-            _digest(meta.annotations),
-            _digest(wire.spec),
-            _digest(status.addresses),
+            hash(bytes(meta.labels)) & mask,
+            hash(bytes(meta.annotations)) & mask,
+            hash(bytes(wire.spec)) & mask,
+            hash(bytes(status.addresses)) & mask,
         )
         packed = _pack(digests)
         if before is None or memo is None:
@@ -221,7 +217,7 @@ class NodeVersions:
             and conditions is before.status.conditions
         )
         if scalars_same:
-            new_meta = copy.copy(was)
+            new_meta = was.__copy__()  # type: ignore[attr-defined]  # copy.copy's own call, direct
             force_setattr(new_meta, "resource_version", meta.resource_version)
             force_setattr(new_meta, "labels", labels)
             force_setattr(new_meta, "annotations", annotations)
@@ -230,7 +226,7 @@ class NodeVersions:
             share_unchanged(was, new_meta)
         if addresses is before.status.addresses and conditions is before.status.conditions:
             # The status as cached (its Hostname address already shares the name).
-            new = copy.copy(before)
+            new = before.__copy__()  # type: ignore[attr-defined]
             force_setattr(new, "metadata", new_meta)
             force_setattr(new, "spec", spec)
             return new, packed, changed
