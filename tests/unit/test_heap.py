@@ -8,7 +8,13 @@ import pytest
 import trio
 import trio.testing
 
-from trio_ccm.cli.heap import TRIM_PERIOD_S, malloc_trim, serve_heap_trims, tune_malloc
+from trio_ccm.cli.heap import (
+    TRIM_PERIOD_S,
+    heap_report,
+    malloc_trim,
+    serve_heap_trims,
+    tune_malloc,
+)
 
 glibc = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 
@@ -26,3 +32,14 @@ async def test_the_heap_is_trimmed_once_a_period(autojump_clock: trio.testing.Mo
     with trio.move_on_after(3.5 * TRIM_PERIOD_S):
         await serve_heap_trims(trim=lambda: trims.append(trio.current_time()))
     assert trims == [TRIM_PERIOD_S, 2 * TRIM_PERIOD_S, 3 * TRIM_PERIOD_S]
+
+
+@glibc
+def test_the_heap_report_names_the_allocators_and_the_tracked_types() -> None:
+    """The report has glibc's and pymalloc's statistics and the tracked types by count."""
+    report = heap_report(top=5)
+    assert "# full collection " in report
+    assert "\nuordblks " in report
+    assert "arenas allocated current" in report
+    types = report.split("# top 5 tracked types by count\n")[1].split("# pymalloc")[0]
+    assert len(types.splitlines()) == 5

@@ -55,6 +55,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NoReturn, TypeVar, cast, overload
 
+import msgspec
 import structlog
 import trio
 
@@ -79,8 +80,7 @@ Admit = Callable[[K, U], V | None]
 """Map one update read by `serve` to the message for the key's actor, or None to drop it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reverify(Generic[ObjT]):
+class Reverify(msgspec.Struct, Generic[ObjT], frozen=True, gc=False):
     """A command: reconcile `obj` even if nothing seems to have changed (never skipped as
     an echo). A controller's own periodic checks send it."""
 

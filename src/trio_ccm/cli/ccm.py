@@ -19,7 +19,12 @@ import trio
 from trio_ccm._version import __version__
 from trio_ccm.actors.builtin import BUILTIN_CONTROLLERS
 from trio_ccm.cli.flags import parse_flags, usage, wants_help, wants_version
-from trio_ccm.cli.heap import serve_heap_trims, tune_malloc
+from trio_ccm.cli.heap import (
+    heap_report,
+    serve_collector_freezes,
+    serve_heap_trims,
+    tune_malloc,
+)
 from trio_ccm.cli.process import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -41,7 +46,7 @@ from trio_ccm.logs import configure_logging
 from trio_ccm.settings import FlagError, Settings
 from trio_ccm.supervisor import Serving, resolve_controllers, serve
 
-__all__ = ["TRACEMALLOC_ENV", "run_ccm"]
+__all__ = ["HEAP_REPORT_ENV", "TRACEMALLOC_ENV", "run_ccm"]
 
 log = structlog.get_logger("trio_ccm.cli")
 
@@ -114,30 +119,46 @@ def _process_registry() -> prometheus_client.CollectorRegistry:
 TRACEMALLOC_ENV: Final = "TRIO_CCM_TRACEMALLOC"
 """A debugging aid (docs/benchmarks.md, "Where the bytes go"): when set to a path prefix,
 the process traces its allocations (one frame each) and writes a `tracemalloc` snapshot to
-PREFIX-N.snapshot (N = 0, 1, ...) on each SIGUSR1. Tracing costs memory and CPU: never in
-production."""
+PREFIX-N.snapshot (N = 0, 1, ...) on each SIGUSR1, with a heap report beside it
+(PREFIX-N.heap, below). Tracing costs memory and CPU: never in production."""
+HEAP_REPORT_ENV: Final = "TRIO_CCM_HEAP_REPORT"
+"""A debugging aid without tracing: when set to a path prefix, each SIGUSR1 writes
+`heap.heap_report()` (glibc's and pymalloc's statistics, object counts by type) to
+PREFIX-N.heap."""
 
 
-async def _serve_tracemalloc_snapshots(prefix: str) -> None:
-    """Write a snapshot on each SIGUSR1 (until cancelled)."""
+async def _serve_debug_dumps(snapshots: str, reports: str) -> None:
+    """On each SIGUSR1, a tracemalloc snapshot and/or a heap report (until cancelled)."""
     with trio.open_signal_receiver(signal.SIGUSR1) as signals:
         async for _ in signals:
-            _write_snapshot(prefix)
+            _write_dumps(snapshots, reports)
 
 
-def _write_snapshot(prefix: str) -> None:
+def _next_free(prefix: str, suffix: str) -> str:
     index = 0
-    while os.path.exists(f"{prefix}-{index}.snapshot"):
+    while os.path.exists(f"{prefix}-{index}{suffix}"):
         index += 1
-    gc.collect()
-    tracemalloc.take_snapshot().dump(f"{prefix}-{index}.snapshot")
-    log.info("ccm.tracemalloc-snapshot", path=f"{prefix}-{index}.snapshot")
+    return f"{prefix}-{index}{suffix}"
+
+
+def _write_dumps(snapshots: str, reports: str) -> None:
+    if snapshots:
+        gc.collect()
+        path = _next_free(snapshots, ".snapshot")
+        tracemalloc.take_snapshot().dump(path)
+        log.info("ccm.tracemalloc-snapshot", path=path)
+    if prefix := reports or snapshots:
+        path = _next_free(prefix, ".heap")
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(heap_report())
+        log.info("ccm.heap-report", path=path)
 
 
 def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
     shutdown = Shutdown()
     registry = _process_registry()
     snapshots = os.environ.get(TRACEMALLOC_ENV, "")
+    reports = os.environ.get(HEAP_REPORT_ENV, "")
     if snapshots:
         tracemalloc.start(1)
     tune_malloc()  # large buffers mapped and unmapped, not left in the heap (trio_ccm.cli.heap)
@@ -162,10 +183,11 @@ def _run_until_signalled(settings: Settings, provider: CloudProvider) -> int:
                             on_force=exit_soon,
                         )
                     )
-                    if snapshots:
-                        nursery.start_soon(_serve_tracemalloc_snapshots, snapshots)
+                    if snapshots or reports:
+                        nursery.start_soon(_serve_debug_dumps, snapshots, reports)
                     nursery.start_soon(serve_heap_trims)
                     holder.append(await nursery.start(replica))
+                    nursery.start_soon(serve_collector_freezes, holder[0])
         finally:
             await aclose_provider(provider)
 

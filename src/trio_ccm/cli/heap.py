@@ -12,23 +12,54 @@ Nodes: 190 MB free inside glibc's heap, docs/benchmarks.md "Where the bytes go")
 unmapped), and `serve_heap_trims` calls `malloc_trim(0)` once a period. Both are
 process-wide: the `trio-ccm` command uses them; a program that embeds `serve()` decides
 for itself. Elsewhere than glibc they do nothing.
+
+The cyclic garbage collector: a full collection walks every object it tracks, on the Trio
+thread. What a term holds from its start (the modules, the subscriptions' first fill of
+every Node, the controllers' tables) is alive for the whole term, so walking it again and
+again is wasted, and at 100,000 Nodes such a walk held the thread for seconds.
+`serve_collector_freezes` collects once when the controllers have started and then
+freezes (`gc.freeze()`): later collections walk only what was made since. When the term
+ends the collector is unfrozen, so what the term held can be collected. The cost: a
+reference cycle among the frozen objects that becomes garbage during the term is kept
+until the term ends.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
+import gc
+import os
 import sys
-from collections.abc import Callable
-from typing import Final
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
 
 import trio
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_PERIOD_S", "malloc_trim", "serve_heap_trims", "tune_malloc"]
+from trio_ccm.logs import get_logger
+
+__all__ = [
+    "FREEZE_AFTER_S",
+    "MMAP_THRESHOLD",
+    "TRIM_PERIOD_S",
+    "heap_report",
+    "malloc_trim",
+    "serve_collector_freezes",
+    "serve_heap_trims",
+    "tune_malloc",
+]
+
+log = get_logger("trio_ccm.cli.heap")
 
 MMAP_THRESHOLD: Final = 128 * 1024
 """glibc's default mmap threshold, fixed (it would otherwise grow with each large free)."""
 TRIM_PERIOD_S: Final = 60.0
+FREEZE_AFTER_S: Final = 10.0
+"""How long after the controllers start the collector is frozen: their first passes over
+the subscriptions' fill (paced, seconds at 100,000 Nodes) are done by then."""
 _M_MMAP_THRESHOLD: Final = -3  # <malloc.h>
 
 
@@ -62,3 +93,90 @@ async def serve_heap_trims(
     while True:
         await trio.sleep(period_s)
         trim()
+
+
+class Leading(Protocol):
+    """What `serve_collector_freezes` reads of a replica (`trio_ccm.supervisor.Serving`)."""
+
+    def wait_leading(self, leading: bool = True) -> Awaitable[None]: ...
+
+
+async def serve_collector_freezes(replica: Leading, *, after_s: float = FREEZE_AFTER_S) -> None:
+    """For each term: `after_s` after the controllers start, collect and freeze; unfreeze
+    when they stop (and when cancelled). Until cancelled."""
+    try:
+        while True:
+            await replica.wait_leading(True)
+            with trio.move_on_after(after_s):
+                await replica.wait_leading(False)  # a term too short to freeze for
+                continue
+            gc.collect()
+            gc.freeze()
+            log.info("ccm.gc-frozen", objects=gc.get_freeze_count())
+            await replica.wait_leading(False)
+            gc.unfreeze()
+            log.info("ccm.gc-unfrozen")
+    finally:
+        gc.unfreeze()
+
+
+_MALLINFO2_FIELDS: Final = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+
+def _mallinfo() -> dict[str, int]:
+    """glibc's own statistics (mallinfo2, glibc 2.33+), in bytes; empty elsewhere."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return {}
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return {name: int(getattr(info, name)) for name in _MALLINFO2_FIELDS}
+
+
+def _pymalloc_stats() -> str:
+    """`sys._debugmallocstats()`: it writes to the C stderr, so that is caught in a file."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        return out.read()
+
+
+def heap_report(top: int = 40) -> str:
+    """Where the process's memory is, as text: glibc's statistics, pymalloc's (arenas,
+    pools, blocks by size class), the collector's generations, and the `top` object types
+    by count. A debugging aid (`TRIO_CCM_HEAP_REPORT`): it walks every tracked object."""
+    started = time.perf_counter()
+    gc.collect()
+    lines = [f"# full collection {time.perf_counter() - started:.3f} s"]
+    lines.append("# glibc mallinfo2 (bytes)")
+    lines += [f"{name} {value}" for name, value in _mallinfo().items()]
+    lines.append(f"# gc counts {gc.get_count()} tracked {len(gc.get_objects())}")
+    lines.append(f"# gc frozen {gc.get_freeze_count()}")
+    types = collections.Counter(type(obj).__qualname__ for obj in gc.get_objects())
+    lines.append(f"# top {top} tracked types by count")
+    lines += [f"{count} {name}" for name, count in types.most_common(top)]
+    lines.append("# pymalloc")
+    lines.append(_pymalloc_stats())
+    return "\n".join(lines) + "\n"

@@ -40,6 +40,11 @@ from trio_ccm.logs import get_logger
 
 log = get_logger("trio_ccm.kube.events")
 _T = TypeVar("_T")
+_K = TypeVar("_K")
+_SimilarKey = tuple[tuple[str, ...], str, str]
+"""(source key, type, reason)"""
+_SeenKey = tuple[tuple[str, ...], str, str, str]
+"""(source key, type, reason, message: "" once aggregated)"""
 
 QUEUE_SIZE = 1000
 SPAM_BURST = 25
@@ -112,7 +117,7 @@ class _Pending:
     at: dt.datetime
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
     """What was last written for one dedup key."""
 
@@ -123,15 +128,15 @@ class _Seen:
     written_at: float  # trio time of the last create or patch
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
     tokens: float
     updated: float
 
 
-@dataclass
+@dataclass(slots=True)
 class _Similar:
-    messages: set[str]
+    messages: tuple[str, ...]  # the distinct ones (at most AGGREGATE_MAX_EVENTS matter)
     started: float
 
 
@@ -165,8 +170,8 @@ class EventRecorder:
         # Bounded on purpose: recording must never block a controller; overflow is dropped.
         self._send, self._receive = trio.open_memory_channel[_Pending](QUEUE_SIZE)
         self._buckets: OrderedDict[tuple[str, ...], _Bucket] = OrderedDict()
-        self._similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
-        self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
+        self._similar: OrderedDict[_SimilarKey, _Similar] = OrderedDict()
+        self._seen: OrderedDict[_SeenKey, _Seen] = OrderedDict()
         self._written = 0
         self._patched = 0
         self._dropped_full = 0
@@ -207,10 +212,11 @@ class EventRecorder:
             task_status.started()
             while True:
                 pending = await self._receive.receive()
-                if not self._allowed(pending):
+                source = self._source_key(pending)
+                if not self._allowed(source):
                     self._dropped_spam += 1
                     continue
-                await self._write_with_retries(pending)
+                await self._write_with_retries(pending, source)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def cache_sizes(self) -> tuple[int, int, int]:
@@ -240,10 +246,13 @@ class EventRecorder:
                 pending = self._receive.receive_nowait()
             except trio.WouldBlock:
                 return
-            if self._allowed(pending):
-                await self._write_with_retries(pending)
+            source = self._source_key(pending)
+            if self._allowed(source):
+                await self._write_with_retries(pending, source)
 
     def _source_key(self, pending: _Pending) -> tuple[str, ...]:
+        """The source + involved object: the spam filter's key, and the first element of
+        the other two caches' keys (one tuple shared by the three)."""
         ref = pending.ref
         return (
             self.component,
@@ -255,9 +264,9 @@ class EventRecorder:
             ref.api_version,
         )
 
-    def _allowed(self, pending: _Pending) -> bool:
-        """client-go's spam filter: per source + object, burst 25, one token per 300 s."""
-        key = self._source_key(pending)
+    def _allowed(self, key: tuple[str, ...]) -> bool:
+        """client-go's spam filter: per source + object (`key`), burst 25, one token per
+        300 s."""
         now = trio.current_time()
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -270,30 +279,29 @@ class EventRecorder:
         bucket.tokens -= 1
         return True
 
-    def _remember(
-        self, cache: OrderedDict[tuple[str, ...], _T], key: tuple[str, ...], value: _T
-    ) -> None:
+    def _remember(self, cache: OrderedDict[_K, _T], key: _K, value: _T) -> None:
         cache[key] = value
         cache.move_to_end(key)
         while len(cache) > CACHE_SIZE:
             cache.popitem(last=False)
 
-    def _aggregate(self, pending: _Pending) -> tuple[str, str]:
+    def _aggregate(self, pending: _Pending, source: tuple[str, ...]) -> tuple[str, str]:
         """(message, dedup-key message): folds the 10th+ similar event in 600 s."""
-        key = (*self._source_key(pending), pending.type, pending.reason)
+        key = (source, pending.type, pending.reason)
         now = trio.current_time()
         similar = self._similar.get(key)
         if similar is None or now - similar.started > AGGREGATE_WINDOW_S:
-            similar = _Similar(set(), now)
+            similar = _Similar((), now)
             self._remember(self._similar, key, similar)
-        similar.messages.add(pending.message)
+        if len(similar.messages) < AGGREGATE_MAX_EVENTS and pending.message not in similar.messages:
+            similar.messages = (*similar.messages, pending.message)
         if len(similar.messages) >= AGGREGATE_MAX_EVENTS:
             return f"(combined from similar events): {pending.message}", ""
         return pending.message, pending.message
 
-    async def _write_with_retries(self, pending: _Pending) -> None:
-        message, dedup_message = self._aggregate(pending)
-        key = (*self._source_key(pending), pending.type, pending.reason, dedup_message)
+    async def _write_with_retries(self, pending: _Pending, source: tuple[str, ...]) -> None:
+        message, dedup_message = self._aggregate(pending, source)
+        key = (source, pending.type, pending.reason, dedup_message)
         for attempt in range(1, MAX_TRIES + 1):
             try:
                 await self._write(pending, message, key)
@@ -314,7 +322,7 @@ class EventRecorder:
                 return
             await trio.sleep(RETRY_DELAY_S)
 
-    async def _write(self, pending: _Pending, message: str, key: tuple[str, ...]) -> None:
+    async def _write(self, pending: _Pending, message: str, key: _SeenKey) -> None:
         ref = pending.ref
         namespace = ref.namespace or "default"
         stamp = timestamp(pending.at)
@@ -358,9 +366,7 @@ class EventRecorder:
         self._written += 1
 
 
-def _without(
-    cache: OrderedDict[tuple[str, ...], _T], expired: Callable[[_T], bool]
-) -> OrderedDict[tuple[str, ...], _T]:
+def _without(cache: OrderedDict[_K, _T], expired: Callable[[_T], bool]) -> OrderedDict[_K, _T]:
     """`cache` without its expired entries, in a new table if any went (else itself)."""
     kept = OrderedDict((key, value) for key, value in cache.items() if not expired(value))
     return cache if len(kept) == len(cache) else kept

@@ -38,7 +38,6 @@ import math
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
 import msgspec
@@ -60,15 +59,15 @@ CHECKPOINT_EVERY = 1000
 """Objects handled between two checkpoints in loops over every object (about 1-2 ms)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Changed(Generic[T]):
-    """The object was added or changed: `obj` is its newest cached state."""
+class Changed(msgspec.Struct, Generic[T], frozen=True, gc=False):
+    """The object was added or changed: `obj` is its newest cached state. (Untracked by
+    the garbage collector, as the cached objects are: a term's first fill holds one per
+    object per subscription, 500,000 at 100,000 Nodes, which a full collection walked.)"""
 
     obj: T
 
 
-@dataclass(frozen=True, slots=True)
-class Gone(Generic[T]):
+class Gone(msgspec.Struct, Generic[T], frozen=True, gc=False):
     """The object was deleted; `last` is its last cached state (None if never cached)."""
 
     last: T | None = None

@@ -249,3 +249,26 @@ async def test_kubectl_describe_shows_recorded_events(
     assert "Synced" in events
     assert "cloud-node-controller" in events
     assert "Node synced successfully" in events
+
+
+async def test_a_wave_of_events_keeps_compact_records(
+    server: ApiServer, kube: KubeClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each object's three cache entries share one source key (not three copies of it), and
+    a window of similar Events keeps no more distinct messages than aggregation needs."""
+    with trio.fail_after(100):
+        async with recording(kube) as recorder:
+            for i in range(3):
+                recorder.normal(ObjectRef("Node", f"n{i}", uid=f"u{i}"), "Synced", "ok")
+            for i in range(20):
+                recorder.warning(NODE, "Failed", f"attempt {i}")
+            await trio.testing.wait_all_tasks_blocked()
+            sources = list(recorder._buckets)
+            similar = dict(recorder._similar)
+            seen = list(recorder._seen)
+    for source in sources[:3]:
+        assert sum(key[0] is source for key in similar) == 1
+        assert sum(key[0] is source for key in seen) == 1
+    windows = [window for key, window in similar.items() if key[2] == "Failed"]
+    assert [len(window.messages) for window in windows] == [10]
+    assert sum(e["message"].startswith("(combined") for e in _events(server)) == 1
