@@ -29,6 +29,7 @@ adds its own subtree in its package (`trio_ccm.cloud.aws.errors`, `trio_ccm.clou
     ├── ImplementedElsewhere
     ├── ThrottledError
     ├── OutcomeUnknownError
+    ├── StaleCursorError              an instance change feed cannot answer since a cursor
     ├── AddressError                  trio_ccm.actors.node_addresses
     ├── NoCidrLeftError               trio_ccm.actors.cidr_set
     └── CidrOutOfRangeError
