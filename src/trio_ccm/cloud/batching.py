@@ -196,6 +196,10 @@ class MetadataBatcher:
             batch.error = (exc, exc.__traceback__)
         else:
             batch.answer = answer
+        # Closed however the call ended: one refused before it read the batch (the budget's
+        # leadership guard after a lost Lease, a throttle) left it open, and every later
+        # lookup, the next term's too, joined it and got its error.
+        self._close(batch)
         batch.wake()
 
     def _read(self, batch: _Batch) -> list[NodeInfo]:

@@ -26,6 +26,7 @@ from trio_ccm.cloud.provider import (
     ThrottledError,
     bulk_instances,
 )
+from trio_ccm.errors import NotLeadingError
 
 LIMIT_S = 1000  # virtual fail_after bound of every test
 
@@ -382,6 +383,46 @@ async def test_a_batch_keeps_filling_while_its_call_waits_for_a_token(
     assert [len(names) for _, names in recorded] == [1, 10, 10, 10]
     assert len(lookups.answers) == 31
     assert lookups.batcher.statistics().batches == 4
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        pytest.param(NotLeadingError("the Lease is no longer held"), id="not-leading"),
+        pytest.param(ThrottledError("slow down", retry_after_s=0.5), id="throttled"),
+    ],
+)
+async def test_a_call_refused_before_it_reads_its_batch_does_not_poison_later_ones(
+    autojump_clock: trio.testing.MockClock, refusal: Exception
+) -> None:
+    """A bulk call refused before the provider reads its batch (the budget's leadership
+    guard, say, after a lost Lease) fails that batch's lookups only: a lookup made later
+    (the next term's) starts a new batch and is answered, rather than joining the failed
+    one forever."""
+    refusals = [refusal]
+
+    def guard() -> None:
+        if refusals:
+            raise refusals.pop()
+
+    budget = CloudBudget(guard=guard)
+    fake = BulkProvider()
+    provider = budget.wrap(fake)
+    assert provider.instances is not None
+    bulk = bulk_instances(provider.instances)
+    assert isinstance(bulk, BulkInstances)
+    lookups = Lookups(MetadataBatcher(bulk))
+    with trio.fail_after(LIMIT_S):
+        await lookups.run([("node-0", 0.0), ("node-1", 0.0)])
+        assert {name: exc for name, (_, exc, _) in lookups.errors.items()} == {
+            "node-0": refusal,
+            "node-1": refusal,
+        }
+        await lookups.run([("node-1", 1.0), ("node-2", 1.0)])
+    assert isinstance(fake.instances, BulkOnlyInstances)
+    assert [sorted(names) for _, names in fake.instances.calls] == [["node-1", "node-2"]]
+    assert sorted(lookups.answers) == ["node-1", "node-2"]
+    assert lookups.batcher.statistics().pending == 0
 
 
 @pytest.mark.parametrize(
