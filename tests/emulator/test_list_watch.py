@@ -19,10 +19,20 @@ import pytest
 import trio
 import trio.testing
 
+from tests.helpers.emulator import (
+    NODES,
+    create,
+    create_node,
+    delete_node,
+    list_json,
+    list_ok,
+    names,
+    node_body,
+    patch_node,
+    seed_nodes,
+)
 from trio_ccm_testbed.apiserver import ApiServer
 
-MERGE = {"content-type": "application/merge-patch+json"}
-NODES = "/api/v1/nodes"
 CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can "
     "start a new list without the continue parameter, or use the continue token in this "
@@ -39,45 +49,6 @@ async def open_client(server: ApiServer) -> AsyncIterator[httpx.AsyncClient]:
     """A client for a server built with non-default options."""
     async with httpx.AsyncClient(transport=server.transport(), base_url="http://emulator") as c:
         yield c
-
-
-def node_body(
-    name: str, labels: dict[str, str] | None = None, *, unschedulable: bool = False
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if labels:
-        meta["labels"] = labels
-    spec: dict[str, Any] = {"unschedulable": True} if unschedulable else {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec}
-
-
-async def create(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post(path, json=body)
-    assert response.status_code == 201, response.text
-    created: dict[str, Any] = response.json()
-    return created
-
-
-async def create_node(
-    client: httpx.AsyncClient,
-    name: str,
-    labels: dict[str, str] | None = None,
-    *,
-    unschedulable: bool = False,
-) -> dict[str, Any]:
-    return await create(client, NODES, node_body(name, labels, unschedulable=unschedulable))
-
-
-async def patch_node(client: httpx.AsyncClient, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    response = await client.patch(f"{NODES}/{name}", json=patch, headers=MERGE)
-    assert response.status_code == 200, response.text
-    patched: dict[str, Any] = response.json()
-    return patched
-
-
-async def delete_node(client: httpx.AsyncClient, name: str) -> None:
-    response = await client.delete(f"{NODES}/{name}")
-    assert response.status_code == 200, response.text
 
 
 async def create_namespace(client: httpx.AsyncClient, name: str) -> None:
@@ -101,24 +72,6 @@ async def create_configmap(
             "data": data or {},
         },
     )
-
-
-async def list_json(
-    client: httpx.AsyncClient, path: str, **params: str
-) -> tuple[int, dict[str, Any]]:
-    response = await client.get(path, params=params)
-    body: dict[str, Any] = response.json()
-    return response.status_code, body
-
-
-async def list_ok(client: httpx.AsyncClient, path: str, **params: str) -> dict[str, Any]:
-    code, body = await list_json(client, path, **params)
-    assert code == 200, body
-    return body
-
-
-def names(body: dict[str, Any]) -> list[str]:
-    return [item["metadata"]["name"] for item in body["items"]]
 
 
 def rv_of(obj: dict[str, Any]) -> int:
@@ -204,10 +157,6 @@ async def watching(client: httpx.AsyncClient, path: str, **params: str) -> Async
         await nursery.start(watch.run, client, path, query)
         yield watch
         nursery.cancel_scope.cancel()
-
-
-async def seed_nodes(client: httpx.AsyncClient, count: int, **labels: str) -> list[dict[str, Any]]:
-    return [await create_node(client, f"n{i}", labels or None) for i in range(count)]
 
 
 # -- list: shape and resourceVersion ---------------------------------------------------------

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from tests.emulator.test_list_watch import (
+from tests.helpers.emulator import (
     NODES,
     create_node,
     delete_node,
