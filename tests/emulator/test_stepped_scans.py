@@ -21,7 +21,7 @@ from tests.helpers.emulator import (
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.apiserver.kinds import ResourceType
 from trio_ccm_testbed.apiserver.selector import parse_field_selector, parse_label_selector
-from trio_ccm_testbed.apiserver.store import ListResult
+from trio_ccm_testbed.apiserver.store import ListResult, scan_step
 
 
 def _node_type(server: ApiServer) -> ResourceType:
@@ -45,12 +45,9 @@ def _scan(server: ApiServer, labels: str = "", **options: Any) -> Any:
 
 
 def _finish(scan: Any) -> ListResult:
-    while True:
-        try:
-            next(scan)
-        except StopIteration as done:
-            result: ListResult = done.value
-            return result
+    while (result := scan_step(scan)) is None:
+        pass
+    return result
 
 
 @pytest.mark.parametrize(

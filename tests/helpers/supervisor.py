@@ -1,14 +1,18 @@
-"""Shared builders for tests of `serve()` itself: a cloud offering nothing, and an extra
-controller that records the virtual instants it runs between."""
+"""Shared builders for tests of `serve()` itself: a cloud offering nothing, an extra
+controller that records the virtual instants it runs between, jitter that is always 0, and
+a connection to the emulator that a test can cut."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
+import httpx
 import trio
 
 from trio_ccm.actors.backoff import Backoff
 from trio_ccm.actors.controller import Controller, ControllerContext
+from trio_ccm_testbed.apiserver import ApiServer
 
 
 class NoCapabilities:
@@ -67,3 +71,24 @@ class Probe:
     @property
     def running(self) -> bool:
         return bool(self.terms) and len(self.terms[-1]) == 1
+
+
+class FixedJitter(random.Random):
+    """Every draw is 0: acquire attempts come exactly one retry period apart."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+class Link(httpx.AsyncBaseTransport):
+    """A replica's connection to the emulator; with `cut` set the server is unreachable."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.inner = server.transport()
+        self.cut = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.cut:
+            raise httpx.ConnectError("link cut by the test", request=request)
+        response: httpx.Response = await self.inner.handle_async_request(request)
+        return response

@@ -5,40 +5,17 @@ emulator in-process."""
 from __future__ import annotations
 
 import gc
-import random
 
-import httpx
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.supervisor import NoCapabilities, Probe
+from tests.helpers.supervisor import FixedJitter, Link, NoCapabilities, Probe
 from trio_ccm.cli.heap import FREEZE_AFTER_S, serve_collector_freezes
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.harness import emulator_connection
 from trio_ccm_testbed.apiserver import ApiServer
-
-
-class FixedJitter(random.Random):
-    """Every draw is 0: acquire attempts come exactly one retry period apart."""
-
-    def random(self) -> float:
-        return 0.0
-
-
-class Link(httpx.AsyncBaseTransport):
-    """The replica's connection to the emulator; with `cut` set the server is unreachable."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.inner = server.transport()
-        self.cut = False
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self.cut:
-            raise httpx.ConnectError("link cut by the test", request=request)
-        response: httpx.Response = await self.inner.handle_async_request(request)
-        return response
 
 
 async def test_the_collector_is_frozen_only_within_a_term(

@@ -8,18 +8,16 @@ tests show the embedding contract and the leadership scope at once.
 from __future__ import annotations
 
 import datetime as dt
-import random
 import socket
 from collections.abc import Callable
 
-import httpx
 import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from tests.helpers.supervisor import NoCapabilities, Probe
+from tests.helpers.supervisor import FixedJitter, Link, NoCapabilities, Probe
 from trio_ccm.actors.controller import Controller, ControllerContext
 from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.errors import ConfigError
@@ -32,27 +30,6 @@ from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.apiserver.errors import ApiError
 
 LEASE = ("coordination.k8s.io/v1", "Lease", "cloud-controller-manager", "kube-system")
-
-
-class FixedJitter(random.Random):
-    """Every draw is 0: acquire attempts come exactly one retry period apart."""
-
-    def random(self) -> float:
-        return 0.0
-
-
-class Link(httpx.AsyncBaseTransport):
-    """A replica's connection to the emulator; with `cut` set the server is unreachable."""
-
-    def __init__(self, server: ApiServer) -> None:
-        self.inner = server.transport()
-        self.cut = False
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self.cut:
-            raise httpx.ConnectError("link cut by the test", request=request)
-        response: httpx.Response = await self.inner.handle_async_request(request)
-        return response
 
 
 def settings(**changes: object) -> Settings:

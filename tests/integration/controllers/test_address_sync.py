@@ -9,7 +9,7 @@ already a change pass (the term's first notice of every Node is not taken for a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -103,6 +103,22 @@ async def _until(t: float) -> None:
     await trio.sleep_until(t)
 
 
+async def _n3_changes_at_100(
+    world: World, wrap: Callable[[SimProvider], ProviderDouble], until: float
+) -> int:
+    """Run the node controllers on `world` (10 initialised Nodes) through `wrap`'s provider
+    until `until`, the cloud's calls cleared at t=100 and n3's instance given a new address
+    then; the number of kube writes made before it."""
+    instances = _world_nodes(world)
+    async with world.running(NODE_CONTROLLERS, PERIOD, wrap=wrap):
+        await _until(100)
+        world.cloud.clear_calls()
+        writes = len(world.transport.writes)
+        world.cloud.set_addresses(instances[3].id, internal=["10.9.9.9"])
+        await _until(until)
+    return writes
+
+
 async def test_only_the_nodes_whose_instance_changed_are_compared(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -184,14 +200,8 @@ async def test_a_provider_without_a_feed_compares_every_node_every_pass(
         return double
 
     async with open_world() as world:
-        instances = _world_nodes(world)
         with trio.fail_after(400):
-            async with world.running(NODE_CONTROLLERS, PERIOD, wrap=bulk_only):
-                await _until(100)
-                world.cloud.clear_calls()
-                writes = len(world.transport.writes)
-                world.cloud.set_addresses(instances[3].id, internal=["10.9.9.9"])
-                await _until(190)
+            writes = await _n3_changes_at_100(world, bulk_only, 190)
     assert [(t, m) for t, m, _ in _calls(world.cloud)] == [
         (120.0, "ListInstances"),
         (180.0, "ListInstances"),
@@ -232,14 +242,8 @@ async def test_a_feed_that_fails_or_answers_garbage_falls_back_to_every_node(
         return ProviderDouble(provider, instances=GarbageFeedInstances(provider.instances, answer))
 
     async with open_world() as world:
-        instances = _world_nodes(world)
         with trio.fail_after(400), capture_logs() as logs:
-            async with world.running(NODE_CONTROLLERS, PERIOD, wrap=garbage):
-                await _until(100)
-                world.cloud.clear_calls()
-                writes = len(world.transport.writes)
-                world.cloud.set_addresses(instances[3].id, internal=["10.9.9.9"])
-                await _until(130)
+            writes = await _n3_changes_at_100(world, garbage, 130)
     assert [(t, m) for t, m, _ in _calls(world.cloud)] == [
         (120.0, "ListInstanceChanges"),  # the answer dropped for garbage
         (120.0, "ListInstanceChanges"),  # the full pass's new cursor
@@ -283,14 +287,8 @@ async def test_a_garbage_cursor_leaves_every_pass_a_full_one(
         return ProviderDouble(provider, instances=BadCursorInstances(provider.instances, None))
 
     async with open_world() as world:
-        instances = _world_nodes(world)
         with trio.fail_after(400), capture_logs() as logs:
-            async with world.running(NODE_CONTROLLERS, PERIOD, wrap=bad_cursor):
-                await _until(100)
-                world.cloud.clear_calls()
-                writes = len(world.transport.writes)
-                world.cloud.set_addresses(instances[3].id, internal=["10.9.9.9"])
-                await _until(130)
+            writes = await _n3_changes_at_100(world, bad_cursor, 130)
     assert [(t, m) for t, m, _ in _calls(world.cloud)] == [
         (120.0, "ListInstanceChanges"),
         (120.0, "ListInstances"),

@@ -285,12 +285,9 @@ class Store:
         scan = self.list_scan(
             rtype, namespace, labels, fields, limit, continue_token, resource_version, rv_match
         )
-        while True:
-            try:
-                next(scan)
-            except StopIteration as done:
-                result: ListResult = done.value
-                return result
+        while (result := scan_step(scan)) is None:
+            pass
+        return result
 
     async def list_objects_stepped(
         self,
@@ -320,13 +317,9 @@ class Store:
             rv_match,
             stepped=True,
         )
-        while True:
-            try:
-                next(scan)
-            except StopIteration as done:
-                result: ListResult = done.value
-                return result
+        while (result := scan_step(scan)) is None:
             await trio.lowlevel.checkpoint()
+        return result
 
     def list_scan(
         self,
@@ -580,6 +573,16 @@ class Store:
 
     def watcher_count(self) -> int:
         return sum(len(s.watchers) for s in self.storages.values())
+
+
+def scan_step(scan: Generator[None, None, ListResult]) -> ListResult | None:
+    """Run a list's scan (`Store.list_scan`) to its next pause: None there, else its result."""
+    try:
+        next(scan)
+    except StopIteration as done:
+        result: ListResult = done.value
+        return result
+    return None
 
 
 def _current_frames(
