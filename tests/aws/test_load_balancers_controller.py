@@ -296,6 +296,14 @@ async def test_a_replica_cancelled_midway_leaves_nothing_behind(
             await until(stalled)
         # cancelled mid-call; moto finishes the abandoned request on its own
         if not deleting:
+
+            async def landed() -> bool:
+                return not (await balancing(world)).empty
+
+            # The abandoned create lands before the next replica looks (as after a kill -9
+            # whose request had reached the cloud); one that looked first would find nothing
+            # to delete, a race this test is not about.
+            await until(landed)
             await delete(cluster, "web")
         assert not gone(cluster, "web")  # the finalizer holds it
         cluster.registry = CollectorRegistry()  # a new process's metrics
