@@ -80,6 +80,11 @@ _LEGACY_LABELS: Final = (
     (LABEL_REGION_LEGACY, LABEL_REGION),
     (LABEL_INSTANCE_TYPE_LEGACY, LABEL_INSTANCE_TYPE),
 )
+# The most Node actors that look up at once with a bulk lookup: two default batches (200).
+# Each holds short-lived objects (its coroutines, a batch entry, its part of an answer) among
+# the long-lived ones; 2,000 at once (twice `--cloud-batch-size=1000`) left pymalloc holding
+# 43 MB of emptied arenas after a 5,000-Node wave, 400 a few MB (docs/benchmarks.md).
+WAVE_LOOKUPS_CAP: Final = 400
 # Upstream's buckets (ExponentialBuckets(1, 4, 6)), so existing dashboards keep working.
 _DELAY_BUCKETS: Final = (1, 4, 16, 64, 256, 1024)
 
@@ -134,7 +139,11 @@ class CloudNodeController(Controller):
         # flight (each a stack of coroutines, a batch entry, a request) made a peak whose
         # memory the allocator kept long after the wave (docs/benchmarks.md, the wave).
         syncs = ctx.settings.concurrent_node_syncs
-        concurrency = max(syncs, 2 * ctx.batcher.max_batch) if ctx.batcher is not None else syncs
+        concurrency = (
+            max(syncs, min(2 * ctx.batcher.max_batch, WAVE_LOOKUPS_CAP))
+            if ctx.batcher is not None
+            else syncs
+        )
         actors = ctx.keyed(
             term.sync,
             limiter=trio.CapacityLimiter(concurrency),

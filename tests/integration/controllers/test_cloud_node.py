@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from tests.helpers.world import World, moments, open_world
+from trio_ccm.actors.cloud_node import WAVE_LOOKUPS_CAP
 from trio_ccm.testing import wait_for
 from trio_ccm.testing.harness import Write
 from trio_ccm_testbed.cloud.model import Call
@@ -121,6 +122,28 @@ async def test_a_wave_is_served_by_few_bulk_calls(autojump_clock: trio.testing.M
         assert len(node_writes) == 100
         assert node_writes[:30] == [BATCH_S] * 30
         assert node_writes[30:] == moments(BATCH_S + 0.05 * k for k in range(1, 71))
+
+
+async def test_a_wave_looks_up_at_most_the_cap_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """500 new Nodes with `--cloud-batch-size=1000`: the first lookup asks about exactly
+    `WAVE_LOOKUPS_CAP` of them (not all 500: two batches' worth is 2,000), and no later
+    one about more, until every Node has been asked about."""
+    names = [f"node-{i:03}" for i in range(500)]
+    async with open_world() as world:
+        for name in names:
+            world.cloud.add_instance(name)
+            world.register(name)
+
+        def asked() -> list[int]:
+            return [len(c.target.split(",")) for c in world.cloud.calls_by("instances")]
+
+        with trio.fail_after(600):
+            async with world.running(NODE_CONTROLLERS, "--cloud-batch-size=1000"):
+                await wait_for(lambda: sum(asked()) >= len(names))
+    assert asked()[0] == WAVE_LOOKUPS_CAP
+    assert max(asked()) == WAVE_LOOKUPS_CAP
 
 
 async def test_existing_provider_id_is_kept_and_used(
