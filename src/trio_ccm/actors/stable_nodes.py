@@ -24,6 +24,7 @@ of a view (`current()`).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -45,6 +46,7 @@ NODE_SYNC_COALESCE_S: Final = 1.0  # quiet time that ends a node-set change ...
 NODE_SYNC_MAX_WAIT_S: Final = 10.0  # ... unless it keeps changing for this long
 NODE_SYNC_PASS_WAIT_S: Final = 120.0  # the longest a pass is waited for (a Service in backoff)
 NODE_SYNC_PASS_GAP: Final = 1.0  # the pause after a pass, in units of the pass's duration
+PASS_VIEWS_MAX_AGE_S: Final = 1.0  # during a pass, the views are rebuilt at most this often
 
 _DIGEST_BYTES: Final = 32
 _MODULUS: Final = 1 << (8 * _DIGEST_BYTES)
@@ -110,6 +112,8 @@ class StableNodes:
         self.backends = Backends(node_set(()), ())  # `load` reads the Nodes
         self.published = self.backends.node_set  # the set of the last move published
         self.strayed = False  # `current()` gave out another set since
+        self.built_at = -math.inf  # when `backends` was built
+        self.passing = False  # a pass is under way (`after_pass`)
 
     async def load(self) -> None:
         """A term's first views: every stable Node in the cache (paced: at 100,000 Nodes
@@ -128,8 +132,13 @@ class StableNodes:
         return _as_set(self.total)
 
     async def current(self) -> Backends:
-        """The backends, their views rebuilt first if a Node's view changed meanwhile."""
-        if self.stale:
+        """The backends, their views rebuilt first if a Node's view changed meanwhile; during
+        a pass, at most once per `PASS_VIEWS_MAX_AGE_S` (the load balancers of one pass
+        share their views, as upstream computes the hosts once per pass: in a wave, a
+        rebuild per load balancer was 250 copies of 100,000 views)."""
+        if self.stale and not (
+            self.passing and trio.current_time() - self.built_at < PASS_VIEWS_MAX_AGE_S
+        ):
             await self.refresh()
         return self.backends
 
@@ -143,6 +152,7 @@ class StableNodes:
         views = tuple([infos[name] for name in self.order])
         await trio.lowlevel.checkpoint()
         self.stale = False
+        self.built_at = trio.current_time()
         self.backends = Backends(self.node_set, views)
         if self.backends.node_set != self.published:
             self.strayed = True
@@ -228,11 +238,15 @@ class StableNodes:
         started = trio.current_time()
         wait_until = started + NODE_SYNC_PASS_WAIT_S
         done = False
-        while not done and trio.current_time() < wait_until:
-            with trio.move_on_after(NODE_SYNC_COALESCE_S):
-                await taken.wait()
-                done = True
-            await self.drain(mailbox, paced)
+        self.passing = True
+        try:
+            while not done and trio.current_time() < wait_until:
+                with trio.move_on_after(NODE_SYNC_COALESCE_S):
+                    await taken.wait()
+                    done = True
+                await self.drain(mailbox, paced)
+        finally:
+            self.passing = False
         now = trio.current_time()
         gap_until = now + min(NODE_SYNC_PASS_WAIT_S, NODE_SYNC_PASS_GAP * (now - started))
         while trio.current_time() < gap_until:
