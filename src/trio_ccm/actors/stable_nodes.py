@@ -18,7 +18,7 @@ given another one in between (`current()` while the set was moving).
 The set is kept as a digest (`NodeSet`) updated per Node change (a sum of per-Node hashes,
 so neither a sort nor a pass over every Node); the views are sorted (by name, the order
 cached until a Node comes or goes) only when a load balancer asks for them after a change
-of a view (`current()`).
+of a view, at most once a second (`current()`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ NODE_SYNC_COALESCE_S: Final = 1.0  # quiet time that ends a node-set change ...
 NODE_SYNC_MAX_WAIT_S: Final = 10.0  # ... unless it keeps changing for this long
 NODE_SYNC_PASS_WAIT_S: Final = 120.0  # the longest a pass is waited for (a Service in backoff)
 NODE_SYNC_PASS_GAP: Final = 1.0  # the pause after a pass, in units of the pass's duration
-PASS_VIEWS_MAX_AGE_S: Final = 1.0  # during a pass, the views are rebuilt at most this often
+VIEWS_MAX_AGE_S: Final = 1.0  # the views are rebuilt at most this often
 
 _DIGEST_BYTES: Final = 32
 _MODULUS: Final = 1 << (8 * _DIGEST_BYTES)
@@ -113,7 +113,6 @@ class StableNodes:
         self.published = self.backends.node_set  # the set of the last move published
         self.strayed = False  # `current()` gave out another set since
         self.built_at = -math.inf  # when `backends` was built
-        self.passing = False  # a pass is under way (`after_pass`)
 
     async def load(self) -> None:
         """A term's first views: every stable Node in the cache (paced: at 100,000 Nodes
@@ -132,13 +131,12 @@ class StableNodes:
         return _as_set(self.total)
 
     async def current(self) -> Backends:
-        """The backends, their views rebuilt first if a Node's view changed meanwhile; during
-        a pass, at most once per `PASS_VIEWS_MAX_AGE_S` (the load balancers of one pass
-        share their views, as upstream computes the hosts once per pass: in a wave, a
-        rebuild per load balancer was 250 copies of 100,000 views)."""
-        if self.stale and not (
-            self.passing and trio.current_time() - self.built_at < PASS_VIEWS_MAX_AGE_S
-        ):
+        """The backends, their views rebuilt first if a Node's view changed meanwhile, at
+        most once per `VIEWS_MAX_AGE_S`: the load balancers synced within it share their
+        views (as upstream computes the hosts once per pass; in a wave, where every Node
+        initialised changes its view, a rebuild per load balancer was 250 copies of
+        100,000 views). A set that moved since is published after (`strayed`, `serve`)."""
+        if self.stale and trio.current_time() - self.built_at >= VIEWS_MAX_AGE_S:
             await self.refresh()
         return self.backends
 
@@ -238,15 +236,11 @@ class StableNodes:
         started = trio.current_time()
         wait_until = started + NODE_SYNC_PASS_WAIT_S
         done = False
-        self.passing = True
-        try:
-            while not done and trio.current_time() < wait_until:
-                with trio.move_on_after(NODE_SYNC_COALESCE_S):
-                    await taken.wait()
-                    done = True
-                await self.drain(mailbox, paced)
-        finally:
-            self.passing = False
+        while not done and trio.current_time() < wait_until:
+            with trio.move_on_after(NODE_SYNC_COALESCE_S):
+                await taken.wait()
+                done = True
+            await self.drain(mailbox, paced)
         now = trio.current_time()
         gap_until = now + min(NODE_SYNC_PASS_WAIT_S, NODE_SYNC_PASS_GAP * (now - started))
         while trio.current_time() < gap_until:
