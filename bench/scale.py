@@ -93,6 +93,8 @@ DEFAULT_NODES: Final = (1000, 5000, 20_000, 100_000)
 LB_RATE: Final = (5.0, 10)  # the cloud budget's default for load balancers (cloud/budget.py)
 JOIN_WRITES_PER_NODE: Final = 2  # the status patch, then the Node patch (cloud_node.py)
 WAVE_CLIENT_BUDGET_S: Final = 300.0  # a wave's kube writes take at most this at its QPS
+NODE_SYNCS: Final = 10  # --concurrent-node-syncs as deployed (upstream's default)
+WAVE_WRITE_RTT_S: Final = 0.05  # a kube write's round trip a raised QPS is sized for
 PROGRESS_EVERY: Final = 10_000  # a progress line each time this many more Nodes registered
 TAINTLESS_LABEL: Final = "node.kubernetes.io/instance-type"
 LB_LABEL: Final = "bench.trio-ccm.dev/load-balancer"  # lets the bench list only those
@@ -137,6 +139,7 @@ class Run:
     ipam: bool = False
     kube_qps: int = QPS[0]  # the CCM's --kube-api-qps and --kube-api-burst in this run
     kube_burst: int = QPS[1]
+    node_syncs: int = NODE_SYNCS  # the CCM's --concurrent-node-syncs in this run
     ready_s: float = 0.0
     startup_cloud_calls: dict[str, int] = field(default_factory=dict)
     settle_s: float = 0.0
@@ -282,8 +285,25 @@ def wave_qps(nodes: int, *, ipam: bool) -> tuple[int, int]:
     return (qps, 2 * qps) if qps > QPS[0] else QPS
 
 
+def wave_node_syncs(qps: int) -> int:
+    """The CCM's --concurrent-node-syncs for a wave at `qps`: as deployed (10) at the
+    deployed QPS, else raised with it (in steps of 5) so that the Node writes in flight can
+    use the raised QPS at a round trip of `WAVE_WRITE_RTT_S`: each of them holds its slot
+    for two writes, so 10 slots make at most 10 / (2 x round trip) Nodes a second (100 at
+    50 ms), below the 120 a second a 100,000-Node wave needs to fit in 15 minutes."""
+    if qps <= QPS[0]:
+        return NODE_SYNCS
+    return max(NODE_SYNCS, 5 * math.ceil(qps * WAVE_WRITE_RTT_S / 5))
+
+
 def ccm_args(
-    tmp: Path, port: int, period_s: float, *, ipam: bool = False, qps: tuple[int, int] = QPS
+    tmp: Path,
+    port: int,
+    period_s: float,
+    *,
+    ipam: bool = False,
+    qps: tuple[int, int] = QPS,
+    node_syncs: int = NODE_SYNCS,
 ) -> list[str]:
     ipam_flags = (
         [
@@ -308,6 +328,7 @@ def ccm_args(
         f"--kube-api-burst={qps[1]}",
         f"--node-status-update-frequency={period_s:g}s",
         f"--cloud-batch-size={BATCH}",
+        f"--concurrent-node-syncs={node_syncs}",
     ]
 
 
@@ -626,7 +647,22 @@ async def measured_wave(
             f"{n * (JOIN_WRITES_PER_NODE + run.ipam):,} writes, "
             f"{n * (JOIN_WRITES_PER_NODE + run.ipam) / QPS[0]:,.0f} s at {QPS[0]}/s"
         )
-    args = ccm_args(tmp, port, sizes.window_s, ipam=run.ipam, qps=(run.kube_qps, run.kube_burst))
+    run.node_syncs = wave_node_syncs(run.kube_qps)
+    if run.node_syncs != NODE_SYNCS:
+        say(
+            f"--concurrent-node-syncs raised for this wave to {run.node_syncs} (deployed: "
+            f"{NODE_SYNCS}): each holds its slot for 2 writes, so {NODE_SYNCS} make at most "
+            f"{NODE_SYNCS / (2 * WAVE_WRITE_RTT_S):.0f} Nodes/s at a "
+            f"{1000 * WAVE_WRITE_RTT_S:.0f} ms round trip"
+        )
+    args = ccm_args(
+        tmp,
+        port,
+        sizes.window_s,
+        ipam=run.ipam,
+        qps=(run.kube_qps, run.kube_burst),
+        node_syncs=run.node_syncs,
+    )
     with process(args, tmp / "ccm.log", env=env) as ccm:
         await wait_ready(port, ccm, 1800)
         run.ready_s = time.monotonic() - t0
@@ -885,6 +921,7 @@ def print_table(runs: list[Run]) -> None:
     rows = [
         ("testbed up (s)", "testbed_start_s", "{:.0f}"),
         ("CCM kube QPS", "kube_qps", "{:,}"),
+        ("CCM --concurrent-node-syncs", "node_syncs", "{:,}"),
         ("ready after start (s)", "ready_s", "{:.1f}"),
         ("wave: Nodes initialised (s)", "wave_nodes_s", "{:.1f}"),
         ("wave: LBs ready (s)", "wave_lbs_s", "{:.1f}"),

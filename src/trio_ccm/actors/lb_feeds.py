@@ -6,7 +6,7 @@
 - **The pacer** (`feed_deferred`): deferred Services, re-verified one per verify interval
   (the drift check queues every ensured load balancer there every 30 minutes).
 - **The node set moved** (`node_set_moved`, from `StableNodes`): every load balancer this
-  term knows of gets the new set.
+  term knows of gets the new set, in one pass the node tracker waits for before the next.
 - **Late-landing checks** (`recheck`, from `Rechecks`): a load balancer whose earlier call's
   outcome was unknown is ensured again once that call can no longer land.
 
@@ -183,20 +183,23 @@ class LbFeeds:
         if self.deferred:
             self.deferred_added.set()
 
-    def node_set_moved(self, backends: Backends) -> None:
+    def node_set_moved(self, backends: Backends) -> NodeSyncLatency | None:
         """Push the new node set to every load balancer this term knows of: ensured ones,
         those waiting for their gentle re-verification after a restart, and those whose last
-        ensure or update failed (their retry must end with these Nodes)."""
+        ensure or update failed (their retry must end with these Nodes). Returns the pass,
+        for the node tracker to wait on (None: no load balancer to tell)."""
         keys = {
             key
             for key in [*self.records, *self.deferred]
             if (service := self.ctx.services.get(key)) is not None and wants_load_balancer(service)
         }
         log.info("service.node-set-changed", nodes=len(backends.infos), load_balancers=len(keys))
-        if keys:
-            self.node_sync.start(set(keys))
+        if not keys:
+            return None
+        taken = self.node_sync.start(set(keys))
         for key in sorted(keys):
             service = self.ctx.services.get(key)
             if service is not None:
                 self.deferred.pop(key, None)
                 self.send(key, Changed(service))
+        return taken

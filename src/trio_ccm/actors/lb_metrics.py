@@ -57,17 +57,29 @@ class ServiceMetrics:
 
 
 class NodeSyncLatency:
-    """The node-sync pass in flight: the Services still to be updated, since when."""
+    """The node-sync pass in flight: the Services still to be updated, since when; `wait()`
+    returns once none is left (the node tracker starts no pass before)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
         self.started = 0.0
         self.pending: set[str] = set()
+        self.finished = trio.Event()
+        self.finished.set()
 
-    def start(self, keys: set[str]) -> None:
+    def start(self, keys: set[str]) -> NodeSyncLatency:
         """A new node set is pushed to `keys` (a pass still in flight is abandoned)."""
         self.started = trio.current_time()
         self.pending = keys
+        if keys:
+            self.finished = trio.Event()
+        else:
+            self.finished.set()
+        return self
+
+    async def wait(self) -> None:
+        """Until the pass started last is done."""
+        await self.finished.wait()
 
     def done(self, key: str, *, failed: bool = False) -> None:
         """`key` has its new node set (or failed to); the last one observes the latency."""
@@ -78,3 +90,4 @@ class NodeSyncLatency:
             self.metrics.nodesync_errors.inc()
         if not self.pending:
             self.metrics.nodesync_latency.observe(trio.current_time() - self.started)
+            self.finished.set()

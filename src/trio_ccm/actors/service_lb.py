@@ -13,8 +13,9 @@ Contract:
   and only when a value differs.
 - **Backends** are the Nodes passing upstream's predicates (not being deleted, not excluded
   by label, not `ToBeDeletedByClusterAutoscaler`). A node-set change is pushed to every
-  load balancer once it settles; what a load balancer holds is recorded only after the
-  cloud said yes.
+  load balancer once it settles, one pass at a time (`stable_nodes.py`: the newest set is
+  always pushed in the end); what a load balancer holds is recorded only after the cloud
+  said yes.
 - **Retries**: one actor per Service; `RetryAfter(d)` exactly, other errors 5 s → 300 s;
   a change by the Service's owner cuts a backoff short. A bad Service gets one Warning and
   no cloud call until it changes. One Service's errors never hold up another.
@@ -72,7 +73,7 @@ from trio_ccm.cloud.budget import DEFAULT_RATES
 from trio_ccm.cloud.provider import ImplementedElsewhere, ServiceRefused, inventory
 from trio_ccm.errors import CcmError
 from trio_ccm.kube.errors import NotFoundError
-from trio_ccm.kube.informer import Changed, Gone
+from trio_ccm.kube.informer import Gone
 from trio_ccm.kube.objects import SERVICES, Service
 from trio_ccm.kube.patches import (
     Patch,
@@ -389,7 +390,6 @@ class _LbTerm(LbFeeds):
         log.info(
             "service.load-balancer-ensured", service=key, nodes=len(backends.infos), quiet=quiet
         )
-        self.push_if_moved(key, backends)
         return written
 
     async def update_hosts(
@@ -445,18 +445,7 @@ class _LbTerm(LbFeeds):
                 message="There are no available nodes for LoadBalancer",
             )
         log.info("service.hosts-updated", service=key, nodes=len(backends.infos))
-        self.push_if_moved(key, backends)
         return None
-
-    def push_if_moved(self, key: str, backends: Backends) -> None:
-        """The Nodes changed while the cloud was being told `backends`: go again, so the
-        load balancer ends with the newest set rather than the one this call started with."""
-        if self.nodes.backends.node_set == backends.node_set:
-            return
-        service = self.ctx.services.get(key)
-        if service is not None:
-            log.info("service.node-set-moved", service=key, nodes=len(self.nodes.backends.infos))
-            self.send(key, Changed(service))
 
     async def clean_up(self, key: str, record: Record, service: Service) -> str | None:
         """Upstream's delete branch: the load balancer, then the finalizer, then the status."""

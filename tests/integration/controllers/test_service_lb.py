@@ -546,6 +546,54 @@ async def test_a_slow_node_wave_is_pushed_once_it_settles(
             assert all(len(backends(world, svc) or ()) == 37 for svc in created)
 
 
+async def test_a_change_during_a_pass_is_pushed_after_it_and_a_pause(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Node registered while a pass is under way (each backends update takes 4 s) is not
+    lost: it is pushed once the pass is done and a pause as long as the pass (4 s) is over,
+    in one more update per load balancer."""
+    async with open_world() as world:
+        world.register("node-0", taints=[])
+        created = [world.api.create(make_service(f"web-{i}")) for i in range(3)]
+        async with world.running(SERVICE_LB):
+            await wait_for(lambda: all(ingress(world, f"web-{i}") for i in range(3)))
+            world.cloud.faults.latency("SetLoadBalancerBackends", fixed_s=4.0)
+            await trio.sleep_until(1)
+            world.register("node-1", taints=[])
+            await trio.sleep_until(3)  # the pass began at t=2 and ends at t=6
+            world.register("node-2", taints=[])
+            await wait_for(lambda: len(calls(world, "SetLoadBalancerBackends")) == 6)
+            await trio.sleep(QUIET_S)
+            # The pass at t=2 (after the 1 s quiet) ends at t=6; the pause ends at t=10; the
+            # set, noted meanwhile, has been quiet for 1 s at t=11.
+            assert moments(calls(world, "SetLoadBalancerBackends")) == [2.0] * 3 + [11.0] * 3
+            wanted = ("node-0", "node-1", "node-2")
+            assert all(backends(world, svc) == wanted for svc in created)
+
+
+async def test_a_set_given_out_during_a_move_is_taken_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Service ensured while the node set was moving got Nodes that were gone again when
+    the move settled: the settled set (as before the move) is pushed to it all the same."""
+    async with open_world() as world:
+        world.register("node-0", taints=[])
+        world.api.create(make_service("web-0"))
+        async with world.running(SERVICE_LB):
+            await wait_for(lambda: bool(ingress(world, "web-0")))
+            await trio.sleep_until(1)
+            world.register("node-1", taints=[])
+            await trio.sleep_until(1.5)
+            late = world.api.create(make_service("web-1"))
+            await wait_for(lambda: bool(ingress(world, "web-1")))
+            assert backends(world, late) == ("node-0", "node-1")
+            (await world.http.delete("/api/v1/nodes/node-1")).raise_for_status()
+            await trio.sleep(QUIET_S)
+            assert backends(world, late) == ("node-0",)
+            # Only the Service that was given the passing set is updated.
+            assert len(calls(world, "SetLoadBalancerBackends")) == 1
+
+
 async def test_failed_backend_update_is_recorded_only_after_success(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -241,9 +241,13 @@ def test_stable_node(subject: Node, stable: bool) -> None:
     assert stable_node(subject) is stable
 
 
-def test_node_set_is_order_and_provider_id_sensitive() -> None:
-    """The node-set digest changes with a provider ID, and equal sets give equal digests."""
+def test_node_set_is_provider_id_sensitive_and_order_blind() -> None:
+    """The node-set digest changes with a provider ID, and equal sets give equal digests in
+    any order."""
     a = NodeInfo("a", provider_id="sim://a")
+    b = NodeInfo("b", provider_id="sim://b")
     assert node_set((a,)) == NODES_A
+    assert node_set((b, a)) == NODES_AB
     assert node_set((NodeInfo("a", provider_id="sim://other"),)) != NODES_A
     assert node_set(()) != NODES_A
+    assert node_set((a, b)) != node_set((NodeInfo("a", provider_id="sim://b"), b))
