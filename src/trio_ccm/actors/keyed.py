@@ -156,6 +156,7 @@ class KeyedStatistics:
     coalesced: int  # values replaced by a newer one before the handler saw them
     echoes: int  # Changed messages skipped: older than the handler's own last write
     abandoned: int  # handler calls cancelled when the shutdown grace ended
+    queued: int = 0  # values in the mailbox read, not yet handed to a child (a wave waiting)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ class KeyedActors(Generic[K, V]):
         self._room = trio.Event()
         self._serving = False
         self._inbox: Mailbox[K, V] | None = None  # while serving with `admit`: what `send` fills
+        self._source: MailboxReader[K, V] | None = None  # while serving: the mailbox read
         self._closing = False  # the mailbox is closed: children exit once idle
         self._drained = trio.Event()
         self._grace_deadline = math.inf  # deadline of handler calls; set at shutdown
@@ -325,6 +327,7 @@ class KeyedActors(Generic[K, V]):
                         nursery.start_soon(
                             self._admit, mailbox, admit, self._inbox, name=f"{self.name}/admit"
                         )
+                    self._source = source
                     task_status.started()
                     await self._dispatch(source, nursery)
                     self._closing = True
@@ -337,7 +340,7 @@ class KeyedActors(Generic[K, V]):
                     self._start_grace()
         finally:
             self._serving = False
-            self._inbox = None
+            self._inbox = self._source = None
             if stop_listening is not None:
                 stop_listening()
 
@@ -671,6 +674,7 @@ class KeyedActors(Generic[K, V]):
             coalesced=self._coalesced,
             echoes=self._echoes,
             abandoned=self._abandoned,
+            queued=len(self._source) if isinstance(self._source, Mailbox) else 0,
         )
 
     def actor_statistics(self, key: K) -> ActorStatistics | None:

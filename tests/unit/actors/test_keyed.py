@@ -785,7 +785,7 @@ async def test_a_wave_waits_in_the_mailbox_not_as_children(
     handler = Recorder(sleep_s=1.0)
     actors = make(handler, limit=10, idle_timeout_s=0.0)
     mailbox: Mailbox[str, object] = Mailbox()
-    most = {"alive": 0, "waiting": 0}
+    most = {"alive": 0, "waiting": 0, "queued": 0}
     with trio.fail_after(LIMIT_S):
         async with serving(actors, mailbox):
             for i in range(1000):
@@ -794,8 +794,10 @@ async def test_a_wave_waits_in_the_mailbox_not_as_children(
                 stats = actors.statistics()
                 most["alive"] = max(most["alive"], stats.alive)
                 most["waiting"] = max(most["waiting"], stats.waiting)
+                most["queued"] = max(most["queued"], stats.queued)
                 await trio.sleep(0.25)
-    assert most == {"alive": 20, "waiting": 10}
+            assert actors.statistics().queued == 0
+    assert most == {"alive": 20, "waiting": 10, "queued": 1000}
     assert [at for at, _, _ in handler.calls] == [float(i // 10) for i in range(1000)]
     by_second = [sorted(key for at, key, _ in handler.calls if at == t) for t in range(100)]
     assert by_second == [[f"node-{i:04d}" for i in range(10 * t, 10 * t + 10)] for t in range(100)]
