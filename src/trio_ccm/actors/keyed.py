@@ -22,11 +22,13 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   per-object path (STYLE: Errors); a controller that reports failures (an Event naming
   what failed) is told through `on_error(key, exc)`, called here, synchronously;
 - **a wave waits as values, not as children**: a new key's child is spawned only while
-  fewer children wait for the limiter than it has tokens; otherwise the dispatcher waits
-  until one gets its turn, and the next keys stay in the mailbox (one coalesced value per
-  key, where a child would have been a task of about 2 KB). So 5,000 new Nodes with 30
-  tokens make at most 30 busy and 30 waiting children, not 5,000 tasks whose memory the
-  allocator keeps after the wave. While the dispatcher waits, a value for a key whose child
+  fewer new children wait for their first turn of the limiter than it has tokens;
+  otherwise the dispatcher waits until one gets it, and the next keys stay in the mailbox
+  (one coalesced value per key, where a child would have been a task of about 2 KB). So
+  5,000 new Nodes with 30 tokens make at most 30 busy and 30 waiting children, not 5,000
+  tasks whose memory the allocator keeps after the wave. Children that already ran and
+  queue again (a retry, a pushed message) are not counted, so they never keep a new key
+  from starting: it queues behind them, as before. While the dispatcher waits, a value for a key whose child
   is idle reaches it when the dispatcher gets to it (mailbox order) or at the child's idle
   deadline (a child looks at the mailbox before it exits), whichever is first: it would
   have queued on the limiter behind the same wave;
@@ -201,7 +203,7 @@ class _Actor(Generic[V]):
         self.step: drain.Step | None = None  # the same call, as the cloud budget sees it
         self.backoff_scope: trio.CancelScope | None = None  # set while backing off
         self.written = -1  # resourceVersion of the handler's last write (-1: none known)
-        self.queued = False  # counted in KeyedActors._waiting (waits for the limiter)
+        self.queued = False  # counted in KeyedActors._waiting (waits for its first turn)
 
     def put(self, value: V) -> bool:
         """Store the newest value and wake the child if parked; True if one was replaced."""
@@ -256,8 +258,10 @@ class KeyedActors(Generic[K, V]):
         # has exited, both dicts start anew (`_shrink_if_empty`), as Mailbox does.
         self._peak = 0
         self._timer_wakeup = trio.Event()
-        # Children waiting for the limiter, and the dispatcher's wake-up when one got its
-        # turn: a new key's child is spawned only below the limiter's tokens (docstring).
+        # New children waiting for their first turn of the limiter, and the dispatcher's
+        # wake-up when one got it: a new key's child is spawned only below the limiter's
+        # tokens (docstring). Only first turns count: children that already ran and queue
+        # again (a retry, a node-set push) must not keep new keys from starting.
         self._waiting = 0
         self._room = trio.Event()
         self._serving = False
@@ -496,17 +500,16 @@ class KeyedActors(Generic[K, V]):
         self._backoff.reset(key)
 
     async def _acquire(self, actor: _Actor[V]) -> None:
-        """A token of the limiter (this task its borrower), counted as waiting meanwhile."""
-        self._queue(actor)
+        """A token of the limiter (this task its borrower); a new child's first turn ends
+        its count in `_waiting`."""
         try:
             await self._limiter.acquire()
         finally:
             self._unqueue(actor)
 
     def _queue(self, actor: _Actor[V]) -> None:
-        if not actor.queued:
-            actor.queued = True
-            self._waiting += 1
+        actor.queued = True
+        self._waiting += 1
 
     def _unqueue(self, actor: _Actor[V]) -> None:
         if actor.queued:

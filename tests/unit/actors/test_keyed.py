@@ -821,3 +821,23 @@ async def test_an_idle_childs_value_is_not_held_behind_a_wave(
             await trio.sleep_until(40.0)
     assert handler.times("old") == [0.0, 7.5]
     assert len(handler.calls) == 22
+
+
+async def test_children_queueing_again_do_not_keep_a_new_key_from_starting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Five keys fed a new value every 0.5 s keep more children waiting for the 2 tokens
+    than there are tokens; a new key still starts, queued behind them, and is handled."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=2)
+    mailbox: Mailbox[str, object] = Mailbox()
+    busy = [f"busy-{i}" for i in range(5)]
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            for step in range(40):
+                for key in busy:
+                    mailbox.put(key, step)
+                if step == 4:
+                    mailbox.put("new", 1)
+                await trio.sleep(0.5)
+    assert handler.times("new") == [4.0]
