@@ -28,10 +28,10 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   5,000 new Nodes with 30 tokens make at most 30 busy and 30 waiting children, not 5,000
   tasks whose memory the allocator keeps after the wave. Children that already ran and
   queue again (a retry, a pushed message) are not counted, so they never keep a new key
-  from starting: it queues behind them, as before. While the dispatcher waits, a value for a key whose child
-  is idle reaches it when the dispatcher gets to it (mailbox order) or at the child's idle
-  deadline (a child looks at the mailbox before it exits), whichever is first: it would
-  have queued on the limiter behind the same wave;
+  from starting: it queues behind them, as before. While the dispatcher waits, a value
+  for a key whose child is idle reaches it when the dispatcher gets to it (mailbox order)
+  or at the child's idle deadline (a child looks at the mailbox before it exits),
+  whichever is first: it would have queued on the limiter behind the same wave;
 - a child with nothing to do exits after `idle_timeout_s`; a new message spawns it again. A
   child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
   give each manager its own Backoff;
