@@ -315,6 +315,7 @@ class KeyedActors(Generic[K, V]):
         self._drained = trio.Event()
         self._grace_deadline = math.inf
         self._parked.clear()
+        self._waiting = 0  # every child of an earlier serve() has exited
         self._spawned = self._handled = self._retries = self._coalesced = 0
         self._echoes = self._abandoned = 0
         stop_listening = (
