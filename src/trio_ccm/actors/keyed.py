@@ -383,7 +383,7 @@ class KeyedActors(Generic[K, V]):
             self._deliver(key, value, mailbox, nursery)
 
     async def _wait_for_room(self) -> None:
-        """Until fewer children wait for the limiter than it has tokens."""
+        """Until fewer new children wait for their first turn than the limiter has tokens."""
         while self._waiting >= self._limiter.total_tokens:
             self._room = trio.Event()
             await self._room.wait()
