@@ -24,6 +24,14 @@ one of 1, so that every child but one queues on the limiter.
 `spawn_notifications_per_s` is the first round with a limiter of 10, which also spawns
 every child.
 
+wave: N new keys at once (100,000; quick 10,000) into a `KeyedActors` whose limiter has
+2,000 tokens (the cloud-node controller's with `--cloud-batch-size=1000`, as
+`bench/scale.py` runs it) and whose handler calls all wait until released, as a wave's
+lookups and writes wait on the cloud and the API: once the dispatcher is idle, the children
+alive, `tracemalloc`'s traced bytes, the objects the garbage collector tracks, and how long
+a full collection takes (`wave_*`). Then every call is released and the clock runs until
+all N are handled (`wave_handled_s`).
+
 One process, one thread, one `trio.run` per phase. Prints a summary, then one JSON object
 as the last line. Benchmarks print numbers; they never assert on time.
 """
@@ -226,6 +234,67 @@ def mailbox_phase(keys: int, steady: int) -> dict[str, float]:
     return {"drain_ms": drain_s * 1e3, "pair_us": pair_s * 1e6}
 
 
+# -- a wave of new keys ----------------------------------------------------------------------
+WAVE_TOKENS = 2_000
+
+
+async def wave_phase(count: int) -> dict[str, Any]:
+    release = trio.Event()
+    all_handled = trio.Event()
+    handled = 0
+
+    async def handler(key: str, value: object) -> None:
+        nonlocal handled
+        await release.wait()
+        handled += 1
+        if handled == count:
+            all_handled.set()
+
+    actors: KeyedActors[str, object] = KeyedActors(
+        "bench-wave",
+        handler,
+        limiter=trio.CapacityLimiter(WAVE_TOKENS),
+        backoff=service_backoff(),
+        idle_timeout_s=0.0,
+    )
+    mailbox: Mailbox[str, object] = Mailbox()
+    keys = [f"node-{i:06d}" for i in range(count)]
+    gc.collect()
+    tracked_before = len(gc.get_objects())
+    tracemalloc.start()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actors.serve, mailbox)
+            for key in keys:
+                mailbox.put(key, key)
+            await trio.testing.wait_all_tasks_blocked()
+            traced = tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            tracked = len(gc.get_objects()) - tracked_before
+            stats = actors.statistics()
+            started = time.perf_counter()
+            gc.collect()
+            collection_s = time.perf_counter() - started
+            started = time.perf_counter()
+            release.set()
+            await all_handled.wait()
+            handled_s = time.perf_counter() - started
+            nursery.cancel_scope.cancel()
+    finally:
+        if tracemalloc.is_tracing():
+            tracemalloc.stop()
+    return {
+        "keys": count,
+        "alive": stats.alive,
+        "waiting": stats.waiting,
+        "queued": getattr(stats, "queued", 0),
+        "traced_bytes": traced,
+        "tracked": tracked,
+        "collection_s": collection_s,
+        "handled_s": handled_s,
+    }
+
+
 # -- main --------------------------------------------------------------------------------
 def run(phase: Callable[..., Any], *args: Any) -> dict[str, Any]:
     result: dict[str, Any] = trio.run(phase, *args)
@@ -275,6 +344,16 @@ def main(argv: list[str] | None = None) -> None:
         f"  mailbox  drain of {10_000 if args.quick else 100_000:,} pending keys "
         f"{drained['drain_ms']:,.1f} ms; then a put and a get {drained['pair_us']:.2f} µs"
     )
+    wave_keys = 10_000 if args.quick else 100_000
+    wave = run(wave_phase, wave_keys)
+    print(
+        f"  wave     {wave_keys:,} new keys, {WAVE_TOKENS:,} tokens, every call waiting: "
+        f"{wave['alive']:,} children alive ({wave['waiting']:,} waiting, {wave['queued']:,} "
+        f"queued as values), {wave['traced_bytes'] / 1e6:.1f} MB traced, "
+        f"{wave['tracked']:,} more tracked objects, a full collection "
+        f"{wave['collection_s'] * 1e3:,.0f} ms; all handled {wave['handled_s']:.1f} s after "
+        "release"
+    )
     total_s = time.perf_counter() - began
     print(f"total {total_s:.1f} s")
     figures = {
@@ -287,6 +366,12 @@ def main(argv: list[str] | None = None) -> None:
         "saturated_notifications_per_s": round(saturated["notifications_per_s"], 1),
         "mailbox_drain_100k_ms": None if args.quick else round(drained["drain_ms"], 2),
         "mailbox_put_get_us": round(drained["pair_us"], 3),
+        "wave_keys": wave_keys,
+        "wave_alive": wave["alive"],
+        "wave_traced_mb": round(wave["traced_bytes"] / 1e6, 1),
+        "wave_tracked": wave["tracked"],
+        "wave_collection_ms": round(wave["collection_s"] * 1e3, 1),
+        "wave_handled_s": round(wave["handled_s"], 2),
         "actors": count,
         "rounds": rounds,
         "limiter": LIMIT,

@@ -21,6 +21,17 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   reaches siblings or the manager. This is the one broad `except Exception` of the
   per-object path (STYLE: Errors); a controller that reports failures (an Event naming
   what failed) is told through `on_error(key, exc)`, called here, synchronously;
+- **a wave waits as values, not as children**: a new key's child is spawned only while
+  fewer new children wait for their first turn of the limiter than it has tokens;
+  otherwise the dispatcher waits until one gets it, and the next keys stay in the mailbox
+  (one coalesced value per key, where a child would have been a task of about 2 KB). So
+  5,000 new Nodes with 30 tokens make at most 30 busy and 30 waiting children, not 5,000
+  tasks whose memory the allocator keeps after the wave. Children that already ran and
+  queue again (a retry, a pushed message) are not counted, so they never keep a new key
+  from starting: it queues behind them, as before. While the dispatcher waits, a value
+  for a key whose child is idle reaches it when the dispatcher gets to it (mailbox order)
+  or at the child's idle deadline (a child looks at the mailbox before it exits),
+  whichever is first: it would have queued on the limiter behind the same wave;
 - a child with nothing to do exits after `idle_timeout_s`; a new message spawns it again. A
   child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
   give each manager its own Backoff;
@@ -147,6 +158,7 @@ class KeyedStatistics:
     coalesced: int  # values replaced by a newer one before the handler saw them
     echoes: int  # Changed messages skipped: older than the handler's own last write
     abandoned: int  # handler calls cancelled when the shutdown grace ended
+    queued: int = 0  # values in the mailbox read, not yet handed to a child (a wave waiting)
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,7 @@ class _Actor(Generic[V]):
         "backoff_scope",
         "has_value",
         "idle_deadline",
+        "queued",
         "retry_at",
         "scope",
         "since",
@@ -190,6 +203,7 @@ class _Actor(Generic[V]):
         self.step: drain.Step | None = None  # the same call, as the cloud budget sees it
         self.backoff_scope: trio.CancelScope | None = None  # set while backing off
         self.written = -1  # resourceVersion of the handler's last write (-1: none known)
+        self.queued = False  # counted in KeyedActors._waiting (waits for its first turn)
 
     def put(self, value: V) -> bool:
         """Store the newest value and wake the child if parked; True if one was replaced."""
@@ -244,8 +258,15 @@ class KeyedActors(Generic[K, V]):
         # has exited, both dicts start anew (`_shrink_if_empty`), as Mailbox does.
         self._peak = 0
         self._timer_wakeup = trio.Event()
+        # New children waiting for their first turn of the limiter, and the dispatcher's
+        # wake-up when one got it: a new key's child is spawned only below the limiter's
+        # tokens (docstring). Only first turns count: children that already ran and queue
+        # again (a retry, a node-set push) must not keep new keys from starting.
+        self._waiting = 0
+        self._room = trio.Event()
         self._serving = False
         self._inbox: Mailbox[K, V] | None = None  # while serving with `admit`: what `send` fills
+        self._source: MailboxReader[K, V] | None = None  # while serving: the mailbox read
         self._closing = False  # the mailbox is closed: children exit once idle
         self._drained = trio.Event()
         self._grace_deadline = math.inf  # deadline of handler calls; set at shutdown
@@ -294,6 +315,7 @@ class KeyedActors(Generic[K, V]):
         self._drained = trio.Event()
         self._grace_deadline = math.inf
         self._parked.clear()
+        self._waiting = 0  # every child of an earlier serve() has exited
         self._spawned = self._handled = self._retries = self._coalesced = 0
         self._echoes = self._abandoned = 0
         stop_listening = (
@@ -310,6 +332,7 @@ class KeyedActors(Generic[K, V]):
                         nursery.start_soon(
                             self._admit, mailbox, admit, self._inbox, name=f"{self.name}/admit"
                         )
+                    self._source = source
                     task_status.started()
                     await self._dispatch(source, nursery)
                     self._closing = True
@@ -322,7 +345,7 @@ class KeyedActors(Generic[K, V]):
                     self._start_grace()
         finally:
             self._serving = False
-            self._inbox = None
+            self._inbox = self._source = None
             if stop_listening is not None:
                 stop_listening()
 
@@ -355,7 +378,15 @@ class KeyedActors(Generic[K, V]):
         # once wakes a crowd of children that then queue on the limiter (measured: 2x
         # slower with a busy limiter, bench/actors.py).
         async for key, value in mailbox:
+            if key not in self._actors:
+                await self._wait_for_room()
             self._deliver(key, value, mailbox, nursery)
+
+    async def _wait_for_room(self) -> None:
+        """Until fewer new children wait for their first turn than the limiter has tokens."""
+        while self._waiting >= self._limiter.total_tokens:
+            self._room = trio.Event()
+            await self._room.wait()
 
     def _deliver(
         self, key: K, value: V, mailbox: MailboxReader[K, V], nursery: trio.Nursery
@@ -364,6 +395,7 @@ class KeyedActors(Generic[K, V]):
         if actor is None:
             actor = self._actors[key] = _Actor()
             self._peak = max(self._peak, len(self._actors))
+            self._queue(actor)  # a new child starts by waiting for the limiter
             actor.put(value)
             self._spawned += 1
             nursery.start_soon(self._run, key, actor, mailbox, name=f"{self.name}/{key}")
@@ -429,6 +461,7 @@ class KeyedActors(Generic[K, V]):
                     self._parked.pop(actor, None)
         finally:
             # Synchronous from the last check to here: no value can slip in unseen.
+            self._unqueue(actor)  # cancelled before its first turn
             self._parked.pop(actor, None)
             if self._actors.get(key) is actor:
                 del self._actors[key]
@@ -445,9 +478,12 @@ class KeyedActors(Generic[K, V]):
     async def _reconcile(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> None:
         """Handle the newest value, retrying with backoff until a call succeeds."""
         actor.state = "waiting"
-        async with self._limiter:
+        await self._acquire(actor)
+        try:
             value = self._take(key, actor, mailbox)
             delay = await self._call(key, actor, value)
+        finally:
+            self._limiter.release()
         while delay is not None:
             actor.state = "backoff"
             actor.retry_at = trio.current_time() + delay
@@ -455,11 +491,33 @@ class KeyedActors(Generic[K, V]):
                 await trio.sleep_forever()
             actor.backoff_scope = None
             actor.state = "waiting"
-            async with self._limiter:
+            await self._acquire(actor)
+            try:
                 if actor.has_value or mailbox.pending(key):
                     value = self._take(key, actor, mailbox)
                 delay = await self._call(key, actor, value)
+            finally:
+                self._limiter.release()
         self._backoff.reset(key)
+
+    async def _acquire(self, actor: _Actor[V]) -> None:
+        """A token of the limiter (this task its borrower); a new child's first turn ends
+        its count in `_waiting`."""
+        try:
+            await self._limiter.acquire()
+        finally:
+            self._unqueue(actor)
+
+    def _queue(self, actor: _Actor[V]) -> None:
+        actor.queued = True
+        self._waiting += 1
+
+    def _unqueue(self, actor: _Actor[V]) -> None:
+        if actor.queued:
+            actor.queued = False
+            self._waiting -= 1
+            if self._waiting < self._limiter.total_tokens:
+                self._room.set()
 
     def _take(self, key: K, actor: _Actor[V], mailbox: MailboxReader[K, V]) -> V:
         """The newest value of `key`: one still in the mailbox beats the child's slot."""
@@ -620,6 +678,7 @@ class KeyedActors(Generic[K, V]):
             coalesced=self._coalesced,
             echoes=self._echoes,
             abandoned=self._abandoned,
+            queued=len(self._source) if isinstance(self._source, Mailbox) else 0,
         )
 
     def actor_statistics(self, key: K) -> ActorStatistics | None:

@@ -31,6 +31,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import re
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ __all__ = [
     "TRIM_PERIOD_S",
     "heap_report",
     "malloc_trim",
+    "pymalloc_summary",
     "serve_collector_freezes",
     "serve_heap_trims",
     "tune_malloc",
@@ -163,6 +165,27 @@ def _pymalloc_stats() -> str:
         return out.read()
 
 
+_PYMALLOC_FIGURES: Final = {
+    "arenas": re.compile(r"arenas allocated current\s+=\s+([\d,]+)"),
+    "arena_bytes": re.compile(r"arenas \* \d+ bytes/arena\s+=\s+([\d,]+)"),
+    "in_blocks": re.compile(r"bytes in allocated blocks\s+=\s+([\d,]+)"),
+    "free_blocks": re.compile(r"bytes in available blocks\s+=\s+([\d,]+)"),
+    "free_pools": re.compile(r"\d+ unused pools \* \d+ bytes\s+=\s+([\d,]+)"),
+}
+
+
+def pymalloc_summary(stats: str) -> dict[str, int]:
+    """The figures that tell live objects from fragmentation, read from
+    `sys._debugmallocstats()`'s text: arenas held, bytes in them, bytes in live blocks, free
+    blocks in pools in use, empty pools in arenas still held. Empty when pymalloc is off."""
+    found = {name: pattern.search(stats) for name, pattern in _PYMALLOC_FIGURES.items()}
+    return {
+        name: int(match.group(1).replace(",", ""))
+        for name, match in found.items()
+        if match is not None
+    }
+
+
 def heap_report(top: int = 40) -> str:
     """Where the process's memory is, as text: glibc's statistics, pymalloc's (arenas,
     pools, blocks by size class), the collector's generations, and the `top` object types
@@ -177,6 +200,18 @@ def heap_report(top: int = 40) -> str:
     types = collections.Counter(type(obj).__qualname__ for obj in gc.get_objects())
     lines.append(f"# top {top} tracked types by count")
     lines += [f"{count} {name}" for name, count in types.most_common(top)]
+    stats = _pymalloc_stats()
+    summary = pymalloc_summary(stats)
+    if len(summary) == len(_PYMALLOC_FIGURES):
+        mib = 1024 * 1024
+        held = summary["arena_bytes"]
+        lines.append(
+            f"# pymalloc summary: {summary['arenas']} arenas, {held / mib:.1f} MiB; live blocks "
+            f"{summary['in_blocks'] / mib:.1f} MiB; free blocks in pools in use "
+            f"{summary['free_blocks'] / mib:.1f} MiB; empty pools in arenas still held "
+            f"{summary['free_pools'] / mib:.1f} MiB (the last two: fragmentation, kept until "
+            "every block of an arena is free)"
+        )
     lines.append("# pymalloc")
-    lines.append(_pymalloc_stats())
+    lines.append(stats)
     return "\n".join(lines) + "\n"

@@ -770,7 +770,74 @@ async def test_a_wave_of_children_gives_its_tables_back(
             mailbox.put("late", 1)
             await trio.sleep(5.0)
     assert len(handler.calls) == 5001
-    assert wave > 100_000
+    assert wave > 20_000  # about 1,200 children at t=10: 1,000 idle, 100 busy, 100 waiting
     assert emptied[0] == 0
     assert max(emptied[1:]) < 1_000
     assert handler.values("late") == [1]
+
+
+async def test_a_wave_waits_in_the_mailbox_not_as_children(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """1,000 new keys with 10 tokens: at most 10 children wait for the limiter (the other
+    keys stay values in the mailbox), and the calls start at the same times, ten a second in
+    mailbox order."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=10, idle_timeout_s=0.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    most = {"alive": 0, "waiting": 0, "queued": 0}
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            for i in range(1000):
+                mailbox.put(f"node-{i:04d}", i)
+            while len(handler.calls) < 1000 or len(actors):
+                stats = actors.statistics()
+                most["alive"] = max(most["alive"], stats.alive)
+                most["waiting"] = max(most["waiting"], stats.waiting)
+                most["queued"] = max(most["queued"], stats.queued)
+                await trio.sleep(0.25)
+            assert actors.statistics().queued == 0
+    assert most == {"alive": 20, "waiting": 10, "queued": 1000}
+    assert [at for at, _, _ in handler.calls] == [float(i // 10) for i in range(1000)]
+    by_second = [sorted(key for at, key, _ in handler.calls if at == t) for t in range(100)]
+    assert by_second == [[f"node-{i:04d}" for i in range(10 * t, 10 * t + 10)] for t in range(100)]
+
+
+async def test_an_idle_childs_value_is_not_held_behind_a_wave(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While the dispatcher waits for room, a value for a key whose child is idle is handled
+    once that child's idle deadline comes (it looks at the mailbox), not after the wave."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=1, idle_timeout_s=5.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(0.0, "old", 1)])
+            await trio.sleep_until(1.5)  # "old" handled at 0-1, now idle until t=6
+            for i in range(20):
+                mailbox.put(f"new-{i:02d}", i)
+            mailbox.put("old", 2)
+            await trio.sleep_until(40.0)
+    assert handler.times("old") == [0.0, 7.5]
+    assert len(handler.calls) == 22
+
+
+async def test_children_queueing_again_do_not_keep_a_new_key_from_starting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Five keys fed a new value every 0.5 s keep more children waiting for the 2 tokens
+    than there are tokens; a new key still starts, queued behind them, and is handled."""
+    handler = Recorder(sleep_s=1.0)
+    actors = make(handler, limit=2)
+    mailbox: Mailbox[str, object] = Mailbox()
+    busy = [f"busy-{i}" for i in range(5)]
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            for step in range(40):
+                for key in busy:
+                    mailbox.put(key, step)
+                if step == 4:
+                    mailbox.put("new", 1)
+                await trio.sleep(0.5)
+    assert handler.times("new") == [4.0]
