@@ -268,5 +268,5 @@ def test_a_label_only_change_reuses_the_cached_parts() -> None:
     assert node.status is before.status
     assert node.metadata.annotations is before.metadata.annotations
     labels, cached = node.metadata.labels, before.metadata.labels
-    assert labels.positions is cached.positions  # type: ignore[attr-defined]
+    assert labels.positions is cached.positions
     assert [k for k in labels if labels[k] is not cached[k]] == ["topology.kubernetes.io/zone"]

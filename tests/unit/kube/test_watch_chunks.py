@@ -269,8 +269,8 @@ async def test_one_chunk_of_changes_to_the_same_keys_reaches_the_subscriber_coal
                 await transport.streamed.wait()
                 await trio.testing.wait_all_tasks_blocked()
                 for key, update in await mailbox.get_batch(100):
-                    value = update.obj if isinstance(update, Changed) else None
-                    got.append((key, value and value.metadata.labels["l"]))
+                    label = update.obj.metadata.labels["l"] if isinstance(update, Changed) else None
+                    got.append((key, label))
                 assert len(mailbox) == 0
             nursery.cancel_scope.cancel()
     assert got == [("n1", "c"), ("n2", "new"), ("n3", None)]
