@@ -8,7 +8,10 @@ the informer's paginated list with N realistic Nodes (~4.9 KB of JSON each, as t
 stores them) and each watch with a pre-encoded stream of MODIFIED events (a whole Node per
 line, increasing resourceVersions, round-robin over the Nodes), handed over in 64 KiB chunks
 (httpcore's read size) with a scheduler checkpoint per chunk, as a socket read would have.
-One subscriber mailbox is drained by a consumer task. The clock runs from the moment the
+One subscriber mailbox is drained by a consumer task, which takes what is pending (up to
+1,000 keys) per scheduler pass, as `KeyedActors`' admission of the cloud-node-controller does
+(`--per-value`: one key per pass, as a plain `async for` over the mailbox reads, the way
+this bench's consumer read until issue 28's fifth pass). The clock runs from the moment the
 watch response is handed over until the consumer has received the round's last event, so
 the figure covers httpx's body iteration, line splitting, msgspec decoding, the cache update
 and the mailbox hand-off, and nothing of building the stream. Each round is one watch; when
@@ -77,7 +80,7 @@ from trio_ccm.cloud.sim import SimProvider
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.events import EventRecorder
-from trio_ccm.kube.informer import Changed, Informer, Update
+from trio_ccm.kube.informer import CHECKPOINT_EVERY, Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, SERVICES, Node, Service, Watched, WatchEvent
 from trio_ccm.kube.versions import FullVersions, NodeVersions
 from trio_ccm.settings import Settings
@@ -248,32 +251,52 @@ def drain(mailbox: Mailbox[str, Update[Node]]) -> int:
 # -- events/s ----------------------------------------------------------------------------
 @dataclass
 class Consumer:
+    """A subscriber: takes what is pending in one step per scheduler pass, up to
+    CHECKPOINT_EVERY keys, as `KeyedActors`' admission (cloud-node-controller) and the
+    service-lb and lifecycle controllers' Node readers do; `per_value`: one key per pass,
+    as a plain `async for` over the mailbox (node-route) or `KeyedActors` without `admit`
+    (node-ipam) read."""
+
     received: int = 0
     target: Round | None = None
+    per_value: bool = False
 
     async def run(self, mailbox: Mailbox[str, Update[Node]]) -> None:
-        async for key, update in mailbox:
-            self.received += 1
-            target = self.target
-            obj = update.obj if isinstance(update, Changed) else None
-            if (
-                target is not None
-                and obj is not None
-                and key == target.last_key
-                and obj.metadata.resource_version == target.last_rv
-            ):
-                target.done_at = time.perf_counter()
-                target.done.set()
+        if self.per_value:
+            async for key, update in mailbox:
+                self.take(key, update)
+            return
+        while True:
+            for key, update in await mailbox.get_batch(CHECKPOINT_EVERY):
+                self.take(key, update)
+
+    def take(self, key: str, update: Update[Node]) -> None:
+        self.received += 1
+        target = self.target
+        obj = update.obj if isinstance(update, Changed) else None
+        if (
+            target is not None
+            and obj is not None
+            and key == target.last_key
+            and obj.metadata.resource_version == target.last_rv
+        ):
+            target.done_at = time.perf_counter()
+            target.done.set()
 
 
 async def events_phase(
-    nodes: int, events: int, rounds: int, chunk_bytes: int, profile: cProfile.Profile | None
+    nodes: int,
+    events: int,
+    rounds: int,
+    chunk_bytes: int,
+    profile: cProfile.Profile | None,
+    per_value: bool = False,
 ) -> dict[str, Any]:
     transport = cluster(nodes)
     client = KubeClient(connection(), transport=transport, qps=0)
     informer = Informer(client, NODES, Node, rng=random.Random(1))
     results: list[dict[str, Any]] = []
-    consumer = Consumer()
+    consumer = Consumer(per_value=per_value)
     async with trio.open_nursery() as nursery:
         await nursery.start(informer.serve)
         # A subscription starts with every cached key at once.
@@ -312,6 +335,7 @@ async def events_phase(
                     "events_per_s": events / wall_s,
                     "mb_per_s": round_.stream_bytes / wall_s / 1e6,
                     "cpu_util": cpu_s / wall_s,
+                    "cpu_us_per_event": cpu_s / events * 1e6,
                     "puts": after.puts - before.puts,
                     "coalesced": after.coalesced - before.coalesced,
                     "received": consumer.received - received_before,
@@ -328,6 +352,7 @@ async def events_phase(
         "rounds": results,
         "events_per_s": statistics.median(rates),
         "events_per_s_best": max(rates),
+        "cpu_us_per_event": statistics.median(r["cpu_us_per_event"] for r in results),
         "watches": transport.watches,
         "relists": informer.relists,
     }
@@ -625,6 +650,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=500, help="max e2e events in flight")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the events/s rounds to FILE")
     parser.add_argument(
+        "--per-value",
+        action="store_true",
+        help="events/s with a consumer that takes one key per scheduler pass",
+    )
+    parser.add_argument(
         "--lifecycle-nodes", type=int, help="lifecycle phase Nodes (default 100000; quick 5000)"
     )
     parser.add_argument("--passes", type=int, default=20, help="lifecycle passes measured")
@@ -669,7 +699,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only in (None, "events"):
         for nodes in sizes:
             r = rates[nodes] = trio.run(
-                events_phase, nodes, events, rounds, args.chunk_bytes, profile
+                events_phase, nodes, events, rounds, args.chunk_bytes, profile, args.per_value
             )
             each = " / ".join(f"{x['events_per_s']:,.0f}" for x in r["rounds"])
             first = r["rounds"][0]
@@ -677,6 +707,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"  events   {nodes:>6} Nodes: {r['events_per_s']:9,.0f} events/s median "
                 f"(rounds {each}; {first['mb_per_s']:.0f} MB/s, "
                 f"{first['event_bytes']:,.0f} B/event, cpu {first['cpu_util']:.0%}, "
+                f"{r['cpu_us_per_event']:.1f} µs CPU/event median, "
                 f"{first['received']} of {first['puts']} received, "
                 f"{first['coalesced']} coalesced)"
             )
@@ -741,6 +772,7 @@ def main(argv: list[str] | None = None) -> None:
     for nodes, r in rates.items():
         figures[f"events_per_s_{nodes}"] = round(r["events_per_s"], 1)
         figures[f"events_per_s_best_{nodes}"] = round(r["events_per_s_best"], 1)
+        figures[f"cpu_us_per_event_{nodes}"] = round(r["cpu_us_per_event"], 2)
     for nodes, m in memory.items():
         figures[f"bytes_per_node_{nodes}"] = round(m["bytes_per_node"], 1)
         figures[f"deep_bytes_per_node_{nodes}"] = round(m["deep_bytes_per_node"], 1)

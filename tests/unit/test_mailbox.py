@@ -103,3 +103,39 @@ def test_an_emptied_mailbox_that_held_many_keys_gives_its_dict_back() -> None:
     mailbox.put(1, 1)
     assert sys.getsizeof(mailbox._pending) < big / 100
     assert mailbox.get_nowait() == (1, 1)
+
+
+async def test_get_batch_takes_the_oldest_pending_up_to_its_limit() -> None:
+    """`get_batch` takes up to `limit` keys, oldest first with their latest values, and
+    leaves the rest pending in order."""
+    box: Mailbox[str, int] = Mailbox()
+    for key, value in [("a", 1), ("b", 1), ("c", 1), ("a", 2), ("d", 1)]:
+        box.put(key, value)
+    assert await box.get_batch(3) == [("a", 2), ("b", 1), ("c", 1)]
+    assert await box.get_batch(3) == [("d", 1)]
+    assert len(box) == 0
+
+
+async def test_get_batch_waits_then_ends_once_closed_and_empty(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`get_batch` sleeps until something is put, and raises EndOfChannel once the
+    mailbox is closed and drained."""
+    box: Mailbox[str, int] = Mailbox()
+    got: list[list[tuple[str, int]]] = []
+
+    async def receive() -> None:
+        while True:
+            try:
+                got.append(list(await box.get_batch(10)))
+            except trio.EndOfChannel:
+                return
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.sleep(5)
+            box.put("k", 1)
+            box.put("j", 2)
+            box.close()
+    assert got == [[("k", 1), ("j", 2)]]

@@ -15,7 +15,7 @@ a subscription's first fill of 100,000 keys would otherwise keep 7 MB for good.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -32,6 +32,8 @@ class MailboxReader(Protocol[K, V_co]):
     value type can feed a consumer of a wider one)."""
 
     def __aiter__(self) -> AsyncIterator[tuple[K, V_co]]: ...
+
+    async def get_batch(self, limit: int) -> Sequence[tuple[K, V_co]]: ...
 
     def take(self, key: K) -> tuple[bool, V_co | None]: ...
 
@@ -99,6 +101,18 @@ class Mailbox(Generic[K, V]):
                 await self._wakeup.wait()
             finally:
                 self._waiting -= 1
+
+    async def get_batch(self, limit: int) -> list[tuple[K, V]]:
+        """`get`, then up to `limit - 1` more of the oldest pending keys in the same step:
+        a burst per scheduler pass for a reader that handles each value without yielding
+        (hand them all over before the next checkpoint, as `get` explains).
+        EndOfChannel once closed and empty."""
+        batch = [await self.get()]
+        pending = self._pending
+        while pending and len(batch) < limit:
+            batch.append(pending.popitem(last=False))
+        self._shrink_if_empty()
+        return batch
 
     def take(self, key: K) -> tuple[bool, V | None]:
         """Remove and return the pending value of `key`: (True, value) or (False, None)."""

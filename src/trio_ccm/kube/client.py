@@ -423,7 +423,19 @@ class KubeClient:
                 self._raw_event(line)  # raises the Status (a kind may decode from one)
             return event
 
-        batches = self._batches(response, path, decode)
+        def decode_all(lines: bytes) -> builtins.list[Watched[T]] | None:
+            # Every line in one call (no line copied out of the chunk); None when one does
+            # not decode or is an ERROR: the line-by-line path then says which and why.
+            try:
+                events: builtins.list[Watched[T]] = typed.decode_lines(lines)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return None
+            for event in events:
+                if event.type == "ERROR":
+                    return None
+            return events
+
+        batches = self._batches(response, path, decode, decode_all)
         try:
             yield batches
         finally:
@@ -457,13 +469,19 @@ class KubeClient:
         return event
 
     async def _batches(
-        self, response: httpx.Response, path: str, decode: Callable[[bytes], E]
+        self,
+        response: httpx.Response,
+        path: str,
+        decode: Callable[[bytes], E],
+        decode_all: Callable[[bytes], builtins.list[E] | None] | None = None,
     ) -> AsyncGenerator[builtins.list[E], None]:
         """The stream's events, one list per received chunk that completes a line.
 
-        A line split across chunks waits for its end; the lines of a chunk are decoded in
-        one loop. A line that fails (an ERROR event, or bytes that do not decode) ends the
-        stream: the events before it are yielded first, then its exception is raised."""
+        A line split across chunks waits for its end. The complete lines of a chunk are
+        decoded together by `decode_all` when given (one call, no line copied out), else,
+        or when it answers None, one by one with `decode`. A line that fails (an ERROR
+        event, or bytes that do not decode) ends the stream: the events before it are
+        yielded first, then its exception is raised."""
         pending = b""  # the start of a line whose end has not arrived
         # httpx's byte iterator is an async generator: closed here, never left to the GC.
         stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
@@ -481,9 +499,17 @@ class KubeClient:
                 if b"\n" not in chunk:
                     pending += chunk
                     continue
-                *lines, pending = (pending + chunk if pending else chunk).split(b"\n")
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n")
+                whole, pending = data[:cut], data[cut + 1 :]
+                if decode_all is not None:
+                    decoded = decode_all(whole)
+                    if decoded is not None:
+                        if decoded:
+                            yield decoded
+                        continue
                 batch: builtins.list[E] = []
-                for line in lines:
+                for line in whole.split(b"\n"):
                     if not line.strip():
                         continue
                     try:

@@ -57,6 +57,8 @@ log = get_logger("trio_ccm.kube.informer")
 PAGE_SIZE = 500
 CHECKPOINT_EVERY = 1000
 """Objects handled between two checkpoints in loops over every object (about 1-2 ms)."""
+MOVE_EVERY_S = 1.0
+"""A watch's inactivity deadline is moved at most this often (seconds of Trio time)."""
 
 
 class Changed(msgspec.Struct, Generic[T], frozen=True, gc=False):
@@ -263,10 +265,12 @@ class Informer(Generic[T]):
         try:
             return self._versions.build(wire, self._cache.get(key), self._memos.get(key))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise KubeDecodeError(
-                f"{verb} {self.resource.plural}: {key} does not decode as "
-                f"{self.kind.__name__} ({exc})"
-            ) from exc
+            raise self._undecodable(verb, key, exc) from exc
+
+    def _undecodable(self, verb: str, key: str, exc: Exception) -> KubeDecodeError:
+        return KubeDecodeError(
+            f"{verb} {self.resource.plural}: {key} does not decode as {self.kind.__name__} ({exc})"
+        )
 
     async def _watch_until_relist(self) -> None:
         """Watch from the current version; return when a relist is due (410 or resync).
@@ -307,18 +311,22 @@ class Informer(Generic[T]):
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         ) as batches:
-            # One scope per watch whose deadline moves with every received chunk of events
-            # (cheaper than a fresh scope, or a move, per event): a watch silent for
-            # inactivity_s is abandoned. A chunk's events are applied in one step, with no
-            # checkpoint between them, so a cancellation never leaves one half applied.
+            # One scope per watch whose deadline moves with the received chunks of events,
+            # at most once per MOVE_EVERY_S (a move costs a push into Trio's deadline heap):
+            # a watch silent for inactivity_s (less up to MOVE_EVERY_S) is abandoned. A
+            # chunk's events are applied in one step, with no checkpoint between them, so a
+            # cancellation never leaves one half applied.
+            inactivity_s = self.inactivity_s
             with trio.CancelScope() as quiet:
-                quiet.deadline = trio.current_time() + self.inactivity_s
+                quiet.deadline = moved = trio.current_time() + inactivity_s
+                apply = self._apply
                 async for batch in batches:
                     now = trio.current_time()
-                    quiet.deadline = now + self.inactivity_s
                     self.last_activity = now
+                    if now + inactivity_s - moved >= MOVE_EVERY_S:
+                        quiet.deadline = moved = now + inactivity_s
                     for event in batch:
-                        self._apply(event)
+                        apply(event)
             if quiet.cancelled_caught:
                 log.warning(
                     "watch.inactive", resource=self.resource.plural, quiet_s=self.inactivity_s
@@ -337,14 +345,20 @@ class Informer(Generic[T]):
             if last is not None:
                 self._notify(key, Gone(last))
             return
-        before = self._cache.get(key)
-        obj, memo, changed = self._build("WATCH", wire, key)
+        cache = self._cache
+        before = cache.get(key)
+        try:
+            obj, memo, changed = self._versions.build(wire, before, self._memos.get(key))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self._undecodable("WATCH", key, exc) from exc
         self.resource_version = obj.metadata.resource_version
-        self._cache[key] = obj
+        cache[key] = obj
         if memo is not None:
             self._memos[key] = memo
         if changed:
-            self._notify(key, Changed(obj))
+            update = Changed(obj)
+            for mailbox in self._subscribers:
+                mailbox.put(key, update)
         elif before is not None:
             self.unchanged += 1
 

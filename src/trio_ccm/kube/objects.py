@@ -186,6 +186,32 @@ def node_labels(labels: Mapping[str, str] | None, name: str) -> NodeLabels:
     return NodeLabels.of(labels, own=name) if labels else _NO_LABELS
 
 
+def node_labels_against(labels: Mapping[str, str] | None, name: str, was: NodeLabels) -> NodeLabels:
+    """`node_labels(labels, name)` built against the cached `was` (a new version of the
+    same Node's labels): `was` itself when equal; when the keys are `was`'s, in its order
+    (a value changed, the usual change), `was`'s own strings wherever a value is as before,
+    so only a changed value is interned. Equal to `node_labels(labels, name)` either way."""
+    if not labels:
+        return was if was is _NO_LABELS else _NO_LABELS
+    keys = tuple(labels)
+    if _SHARED_KEY_SETS.get(keys) is was.positions:  # the same keys in the same order
+        texts = tuple(labels.values())
+        before = was.texts
+        if texts == before:
+            return was
+        return NodeLabels(
+            was.positions,
+            tuple(
+                [
+                    old if old == new else name if new == name else _intern(new)
+                    for old, new in zip(before, texts, strict=True)
+                ]
+            ),
+        )
+    fresh = NodeLabels.of(labels, own=name)
+    return was if fresh == was else fresh
+
+
 def kept_annotations(annotations: Mapping[str, str] | None) -> NodeLabels:
     """A Node's annotations as cached: only those we read (`NODE_ANNOTATIONS_KEPT`)."""
     kept = (

@@ -50,6 +50,7 @@ from trio_ccm.kube.objects import (
     kept_annotations,
     kept_conditions,
     node_labels,
+    node_labels_against,
     share_unchanged,
 )
 
@@ -191,7 +192,9 @@ class NodeVersions:
         was = before.metadata
         name = was.name if meta.name == was.name else meta.name
         labels = (
-            was.labels if digests[0] == old[0] else _same(was.labels, _labels(meta.labels, name))
+            was.labels
+            if digests[0] == old[0]
+            else _relabel(meta.labels, name, cast("NodeLabels", was.labels))
         )
         annotations = (
             was.annotations
@@ -266,6 +269,10 @@ def _meta(
 
 def _labels(raw: msgspec.Raw, name: str) -> Mapping[str, str]:
     return _mapping(node_labels(_LABELS.decode(raw) if raw else None, name))
+
+
+def _relabel(raw: msgspec.Raw, name: str, was: NodeLabels) -> Mapping[str, str]:
+    return _mapping(node_labels_against(_LABELS.decode(raw) if raw else None, name, was))
 
 
 def _annotations(raw: msgspec.Raw) -> Mapping[str, str]:

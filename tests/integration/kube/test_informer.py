@@ -191,6 +191,35 @@ async def test_quiet_watch_is_replaced_after_the_inactivity_deadline(
     assert informer.relists == 1
 
 
+async def test_a_watch_that_delivers_events_outlives_the_inactivity_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Events every 100 s keep a watch with a 150 s inactivity deadline open (its deadline
+    moves with them); once they stop, the watch is abandoned 150 s after the last one."""
+    server = ApiServer(seed=1, bookmark_interval_s=10_000)
+    connection = emulator_connection()
+    async with open_kube_client(connection, transport=server.transport(), qps=0) as client:
+        informer = Informer(
+            client,
+            NODES,
+            Node,
+            inactivity_s=150,
+            watch_timeout_s=(10_000, 10_000),
+            rng=random.Random(1),
+        )
+        with trio.fail_after(1000):
+            async with running(informer):
+                for i in range(4):  # at t=100, 200, 300 and 400
+                    await trio.sleep(100)
+                    server.create(_node(f"n{i}"))
+                await trio.sleep(149)
+                assert informer.watches == 1  # t=549: 149 s after the last event
+                assert len(informer) == 4
+                await trio.sleep(2)
+                assert informer.watches == 2  # abandoned at t=550, and opened again
+    assert informer.relists == 1
+
+
 async def test_resync_relists_and_notifies_only_real_changes(
     server: ApiServer, kube: KubeClient, autojump_clock: trio.testing.MockClock
 ) -> None:

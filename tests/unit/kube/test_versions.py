@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import msgspec
 import pytest
 
 from tests.helpers.wire import NODE
-from trio_ccm.kube.objects import Node, Service
+from trio_ccm.kube.objects import Node, Service, node_labels, node_labels_against
 from trio_ccm.kube.versions import FullVersions, NodeVersions, same_but_version
 
 Change = Callable[[dict[str, Any]], None]
@@ -201,3 +202,71 @@ def test_other_kinds_are_decoded_whole_and_shared() -> None:
     body["spec"] = {"type": "LoadBalancer"}
     _, _, changed = versions.build(decode(msgspec.json.encode(body)), second, None)
     assert changed
+
+
+_LABELS_BEFORE = {"kubernetes.io/hostname": "n1", "zone": "a", "pool": "p1", "role": ""}
+
+
+@pytest.mark.parametrize(
+    ("after", "same_keys"),
+    [
+        pytest.param(dict(_LABELS_BEFORE), True, id="equal"),
+        pytest.param({**_LABELS_BEFORE, "zone": "b"}, True, id="one-value"),
+        pytest.param({**_LABELS_BEFORE, "zone": "b", "role": "x"}, True, id="two-values"),
+        pytest.param({**_LABELS_BEFORE, "pool": "n1"}, True, id="value-becomes-the-name"),
+        pytest.param({**_LABELS_BEFORE, "new": "v"}, False, id="label-added"),
+        pytest.param({k: v for k, v in _LABELS_BEFORE.items() if k != "pool"}, False, id="removed"),
+        pytest.param(dict(reversed(_LABELS_BEFORE.items())), False, id="reordered"),
+        pytest.param({}, False, id="all-removed"),
+    ],
+)
+def test_labels_built_against_the_cached_ones_equal_a_fresh_build(
+    after: dict[str, str], same_keys: bool
+) -> None:
+    """Labels built against the cached ones equal a fresh build; equal labels (in any
+    order) are the cached object; with the keys as before they keep the cached key
+    positions and every unchanged value's own string, and a changed value is interned
+    (or is the Node's name)."""
+    name = "n1"
+    was = node_labels(dict(_LABELS_BEFORE), name)
+    # Decoded afresh, as a new version's labels are: equal strings, other objects.
+    decoded = msgspec.json.decode(msgspec.json.encode(after), type=dict[str, str])
+    got = node_labels_against(decoded, name, was)
+    fresh = node_labels(decoded, name)
+    assert got == fresh
+    assert dict(got.items()) == after
+    if after == _LABELS_BEFORE:  # in any order: the cached labels, as a full decode's share
+        assert got is was
+        return
+    assert list(got) == list(after)
+    if not same_keys:
+        return
+    assert got.positions is was.positions
+    for key, value in got.items():
+        if _LABELS_BEFORE[key] == value:
+            assert value is was[key]
+        elif value == name:
+            assert value is name
+        else:
+            assert value is sys.intern(value)
+
+
+def test_a_label_only_change_reuses_the_cached_parts() -> None:
+    """A version that changes one label value (and heartbeats) is built with the cached
+    spec, status, annotations and unchanged label strings, and equals its full decode."""
+    versions = NodeVersions()
+    before, memo, _ = _built(versions, NODE, None, None)
+    body = copy.deepcopy(NODE)
+    body["metadata"]["resourceVersion"] = "9"
+    body["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zone-b"
+    for condition in body["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2026-11-27T18:00:00Z"
+    node, _, differs = _built(versions, body, before, memo)
+    assert differs
+    assert node == _full(body)
+    assert node.spec is before.spec
+    assert node.status is before.status
+    assert node.metadata.annotations is before.metadata.annotations
+    labels, cached = node.metadata.labels, before.metadata.labels
+    assert labels.positions is cached.positions
+    assert [k for k in labels if labels[k] is not cached[k]] == ["topology.kubernetes.io/zone"]

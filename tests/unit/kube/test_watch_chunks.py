@@ -163,6 +163,12 @@ async def test_a_stream_one_byte_per_chunk_gives_one_event_per_batch() -> None:
     [
         pytest.param(_line("ERROR", GONE), GoneError, id="410-gone"),
         pytest.param(
+            # A Status without "status" decodes as a Node: still raised as its error.
+            _line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"}),
+            GoneError,
+            id="410-that-decodes-as-a-node",
+        ),
+        pytest.param(
             b'{"type": "MODIFIED", "object": {"metadata": 7}}\n', KubeDecodeError, id="bad"
         ),
         pytest.param(b"{not json\n", KubeDecodeError, id="not-json"),
@@ -177,6 +183,13 @@ async def test_a_failing_line_mid_chunk_comes_after_the_events_before_it(
     with pytest.raises(error):
         await _batches([STREAM[0] + STREAM[1] + bad + STREAM[2]], seen)
     assert seen == EVENTS[:2]
+
+
+async def test_blank_lines_and_crlf_in_a_chunk_are_skipped() -> None:
+    """Empty and blank lines, and lines ended by CRLF, in one chunk: the same events in
+    one batch."""
+    chunk = b"\n" + STREAM[0] + b"  \n" + STREAM[1][:-1] + b"\r\n" + b"".join(STREAM[2:])
+    assert await _batches([chunk]) == [EVENTS]
 
 
 async def test_per_event_watch_as_is_the_batches_flattened() -> None:
@@ -228,6 +241,44 @@ async def test_informer_applies_a_chunk_in_order_with_bookmarks_then_relists_on_
     assert informer.unchanged == 0
     assert transport.watched_from == ["3", "20"]  # the 410 relisted (the list says 20)
     assert informer.resource_version == "20"
+
+
+async def test_one_chunk_of_changes_to_the_same_keys_reaches_the_subscriber_coalesced(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """One chunk changes n1 twice, deletes and re-creates n2, and deletes n3: the
+    subscriber gets each key once, with its last state (n1's second change, n2 re-created,
+    n3 Gone), in the order the keys first changed, and the cache holds the same."""
+    nodes = [_node(f"n{i}", i) for i in (1, 2, 3)]
+    chunk = (
+        _line("MODIFIED", _node("n1", 10, "b"))
+        + _line("DELETED", _node("n2", 11))
+        + _line("MODIFIED", _node("n1", 12, "c"))
+        + _line("ADDED", _node("n2", 13, "new"))
+        + _line("DELETED", _node("n3", 14))
+    )
+    transport = Scripted(nodes, 3, [[chunk]])
+    informer = Informer(_client(transport), NODES, Node, rng=random.Random(1))
+    got: list[tuple[str, str | None]] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(informer.serve)
+            async with informer.subscription() as mailbox:
+                while len(mailbox):  # the first fill: every cached key
+                    mailbox.get_nowait()
+                await transport.streamed.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                for key, update in await mailbox.get_batch(100):
+                    label = update.obj.metadata.labels["l"] if isinstance(update, Changed) else None
+                    got.append((key, label))
+                assert len(mailbox) == 0
+            nursery.cancel_scope.cancel()
+    assert got == [("n1", "c"), ("n2", "new"), ("n3", None)]
+    assert {n.metadata.name: n.metadata.labels["l"] for n in informer.items()} == {
+        "n1": "c",
+        "n2": "new",
+    }
+    assert informer.resource_version == "14"
 
 
 async def test_informer_cancelled_mid_line_keeps_every_whole_event_it_was_given(
