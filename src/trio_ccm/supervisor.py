@@ -92,6 +92,11 @@ EVENTS_DRAIN_S: Final = 5.0
 INFORMER_STALE_SLACK_S: Final = 60.0
 """/readyz fails when a cache has heard nothing (event, bookmark, list) for this long past
 the informer's own inactivity timeout: its watch is stuck and re-watching does not help."""
+NODE_WATCH_REST_S: Final = 0.1
+"""Once the Node watch has caught up, it rests this long before reading on: kubelets'
+heartbeats (333 a second at 100,000 Nodes) are then read in batches of what came meanwhile,
+not one wake-up each (most of the steady CPU; docs/benchmarks.md, "Steady CPU, fifth
+pass"). A Node's change reaches the controllers at most this much later."""
 CLOUD_PROBE_S: Final = 10.0
 """How long the start-up probe of the cloud (`check()`) may take before it is reported."""
 _MANAGER: Final = "cloud-controller-manager"
@@ -288,7 +293,14 @@ class _Replica:
 
             shared = self.shared_client = await client("shared-informers")
             resync = self.settings.min_resync_period_s * (1.0 + self.rng.random())
-            self.nodes = Informer(shared, NODES, Node, resync_period_s=resync, rng=self.rng)
+            self.nodes = Informer(
+                shared,
+                NODES,
+                Node,
+                resync_period_s=resync,
+                rng=self.rng,
+                watch_rest_s=NODE_WATCH_REST_S,
+            )
             self.services = Informer(
                 shared, SERVICES, Service, resync_period_s=resync, rng=self.rng
             )

@@ -25,6 +25,7 @@ import msgspec
 import trio
 
 from trio_ccm._version import __version__
+from trio_ccm.base.pacing import Gathering
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
 from trio_ccm.kube.errors import (
     QUOTED_BYTES,
@@ -57,6 +58,9 @@ DEFAULT_BURST = 30
 _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 5.0
 _RETRY_AFTER_CAP_S = 60.0
+AWAKE_S = 0.005
+"""A resting watch reader reads at least this long after a rest before it rests again:
+time to take the chunks its last read buffered (`watch_batches_as`'s `rest_s`)."""
 
 
 def explain_connection_error(config: ConnectionConfig, exc: BaseException) -> str:
@@ -400,11 +404,17 @@ class KubeClient:
         timeout_s: int | None = None,
         label_selector: str = "",
         field_selector: str = "",
+        rest_s: float = 0.0,
     ) -> AsyncIterator[AsyncGenerator[builtins.list[Watched[T]], None]]:
         """`watch_as`, the events of each received chunk together: one list per chunk
         that completes at least one line, in stream order (a hot reader handles them in
         one step, with no pass through the scheduler per event). The events before an
-        ERROR or undecodable line are handed over first, then its exception is raised."""
+        ERROR or undecodable line are handed over first, then its exception is raised.
+
+        `rest_s` > 0: once the reader has caught up with the server (nothing waiting on
+        the connection), it rests `rest_s` before reading on, so that a trickle of events
+        is read in gathered batches (`base.pacing.Gathering`); a transport that cannot
+        tell what is waiting (no `network_stream`) is read without rests."""
         path, response = await self._open_watch(
             resource, resource_version, namespace, timeout_s, label_selector, field_selector
         )
@@ -435,7 +445,7 @@ class KubeClient:
                     return None
             return events
 
-        batches = self._batches(response, path, decode, decode_all)
+        batches = self._batches(response, path, decode, decode_all, rest_s)
         try:
             yield batches
         finally:
@@ -474,6 +484,7 @@ class KubeClient:
         path: str,
         decode: Callable[[bytes], E],
         decode_all: Callable[[bytes], builtins.list[E] | None] | None = None,
+        rest_s: float = 0.0,
     ) -> AsyncGenerator[builtins.list[E], None]:
         """The stream's events, one list per received chunk that completes a line.
 
@@ -483,6 +494,17 @@ class KubeClient:
         event, or bytes that do not decode) ends the stream: the events before it are
         yielded first, then its exception is raised."""
         pending = b""  # the start of a line whose end has not arrived
+        waiting = _waiting(response) if rest_s > 0 else None
+        gathering = Gathering(rest_s, awake_s=AWAKE_S) if waiting is not None else None
+
+        async def rest() -> None:
+            """Once caught up, rest before reading on (`watch_batches_as`'s `rest_s`)."""
+            if gathering is not None and waiting is not None:
+                pause = gathering.after(trio.current_time(), waiting)
+                if pause:
+                    await trio.sleep(pause)
+                    gathering.woke(trio.current_time())
+
         # httpx's byte iterator is an async generator: closed here, never left to the GC.
         stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
         async with contextlib.aclosing(stream) as chunks:
@@ -507,6 +529,7 @@ class KubeClient:
                     if decoded is not None:
                         if decoded:
                             yield decoded
+                            await rest()
                         continue
                 batch: builtins.list[E] = []
                 for line in whole.split(b"\n"):
@@ -532,6 +555,7 @@ class KubeClient:
                     raise failure
                 if batch:
                     yield batch
+                    await rest()
 
     async def _write(
         self,
@@ -661,3 +685,20 @@ async def open_kube_client(
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await client.aclose()
+
+
+def _waiting(response: httpx.Response) -> Callable[[], bool] | None:
+    """Whether more of a streamed response is waiting to be read: bytes on its socket, or
+    decrypted TLS bytes not yet taken (httpcore's `network_stream` extension); None when
+    the transport does not say (an in-process one)."""
+    stream = response.extensions.get("network_stream")
+    if stream is None:
+        return None
+    ssl_object = stream.get_extra_info("ssl_object")
+
+    def waiting() -> bool:
+        if ssl_object is not None and ssl_object.pending():
+            return True
+        return bool(stream.get_extra_info("is_readable"))
+
+    return waiting

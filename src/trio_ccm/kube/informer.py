@@ -96,6 +96,7 @@ class Informer(Generic[T]):
         inactivity_s: float = 150.0,
         backoff_s: tuple[float, float] = (0.8, 30.0),
         rng: random.Random | None = None,
+        watch_rest_s: float = 0.0,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -107,6 +108,8 @@ class Informer(Generic[T]):
         self.watch_timeout_s = watch_timeout_s
         self.inactivity_s = inactivity_s
         self.backoff_s = backoff_s
+        # > 0: a watch that has caught up rests this long (`KubeClient.watch_batches_as`).
+        self.watch_rest_s = watch_rest_s
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
         self._cache: dict[str, T] = {}
         # How new versions are read, and what it keeps per cached key (`kube/versions.py`).
@@ -310,6 +313,7 @@ class Informer(Generic[T]):
             timeout_s=math.ceil(timeout_s),
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            rest_s=self.watch_rest_s,
         ) as batches:
             # One scope per watch whose deadline moves with the received chunks of events,
             # at most once per MOVE_EVERY_S (a move costs a push into Trio's deadline heap):
