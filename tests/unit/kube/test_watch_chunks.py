@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -14,10 +16,11 @@ import pytest
 import trio
 import trio.testing
 
+from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
 from trio_ccm.kube.errors import GoneError, KubeDecodeError
-from trio_ccm.kube.informer import Changed, Informer
+from trio_ccm.kube.informer import Changed, Informer, Update
 from trio_ccm.kube.objects import NODES, Node
 
 GONE: dict[str, Any] = {"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired"}
@@ -99,6 +102,25 @@ class Scripted(httpx.AsyncBaseTransport):
 def _client(transport: httpx.AsyncBaseTransport) -> KubeClient:
     config = ConnectionConfig(server="http://127.0.0.1:1", credentials=StaticCredentials())
     return KubeClient(config, transport=transport, qps=0)
+
+
+@asynccontextmanager
+async def _streamed(
+    transport: Scripted,
+) -> AsyncIterator[tuple[Informer[Node], Mailbox[str, Update[Node]]]]:
+    """An informer over `transport` and a subscription whose first fill is taken, once the
+    scripted stream has been read: the subscriber's view of what it changed."""
+    informer = Informer(_client(transport), NODES, Node, rng=random.Random(1))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(informer.serve)
+            async with informer.subscription() as mailbox:
+                while len(mailbox):  # the first fill: every cached key
+                    mailbox.get_nowait()
+                await transport.streamed.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                yield informer, mailbox
+            nursery.cancel_scope.cancel()
 
 
 async def _batches(
@@ -221,21 +243,12 @@ async def test_informer_applies_a_chunk_in_order_with_bookmarks_then_relists_on_
     )
     gone = _line("ERROR", GONE)
     transport = Scripted(nodes, 3, [[chunk[:50], chunk[50:] + gone]], later=(after, 20))
-    informer = Informer(_client(transport), NODES, Node, rng=random.Random(1))
     order: list[str] = []
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(informer.serve)
-            async with informer.subscription() as mailbox:
-                while len(mailbox):  # the first fill: every cached key
-                    mailbox.get_nowait()
-                await transport.streamed.wait()
-                await trio.testing.wait_all_tasks_blocked()
-                while len(mailbox):
-                    key, update = mailbox.get_nowait()
-                    assert isinstance(update, Changed)
-                    order.append(f"{key}={update.obj.metadata.labels['l']}")
-            nursery.cancel_scope.cancel()
+    async with _streamed(transport) as (informer, mailbox):
+        while len(mailbox):
+            key, update = mailbox.get_nowait()
+            assert isinstance(update, Changed)
+            order.append(f"{key}={update.obj.metadata.labels['l']}")
     assert order == ["n3=x", "n1=y", "n2=z"]
     assert informer.relists == 2  # the first list and the one after the 410
     assert informer.unchanged == 0
@@ -258,21 +271,12 @@ async def test_one_chunk_of_changes_to_the_same_keys_reaches_the_subscriber_coal
         + _line("DELETED", _node("n3", 14))
     )
     transport = Scripted(nodes, 3, [[chunk]])
-    informer = Informer(_client(transport), NODES, Node, rng=random.Random(1))
     got: list[tuple[str, str | None]] = []
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(informer.serve)
-            async with informer.subscription() as mailbox:
-                while len(mailbox):  # the first fill: every cached key
-                    mailbox.get_nowait()
-                await transport.streamed.wait()
-                await trio.testing.wait_all_tasks_blocked()
-                for key, update in await mailbox.get_batch(100):
-                    label = update.obj.metadata.labels["l"] if isinstance(update, Changed) else None
-                    got.append((key, label))
-                assert len(mailbox) == 0
-            nursery.cancel_scope.cancel()
+    async with _streamed(transport) as (informer, mailbox):
+        for key, update in await mailbox.get_batch(100):
+            label = update.obj.metadata.labels["l"] if isinstance(update, Changed) else None
+            got.append((key, label))
+        assert len(mailbox) == 0
     assert got == [("n1", "c"), ("n2", "new"), ("n3", None)]
     assert {n.metadata.name: n.metadata.labels["l"] for n in informer.items()} == {
         "n1": "c",
