@@ -232,7 +232,7 @@ class Informer(Generic[T]):
                 # writes the cache, so it is the one the swap below replaces.
                 key = _key(wire.metadata)
                 before = self._cache.get(key)
-                obj, memo, differs = self._build("LIST", wire, key)
+                obj, memo, differs = self._build("LIST", wire, key, before)
                 fresh[key] = obj
                 if memo is not None:
                     memos[key] = memo
@@ -263,17 +263,15 @@ class Informer(Generic[T]):
             self._synced.set()
             log.info("informer.synced", resource=self.resource.plural, objects=len(fresh))
 
-    def _build(self, verb: str, wire: Any, key: str) -> tuple[T, Any, bool]:
-        """The new version of `key` read from `wire`, against the cached one."""
+    def _build(self, verb: str, wire: Any, key: str, before: T | None) -> tuple[T, Any, bool]:
+        """The new version of `key` read from `wire`, against `before`, the cached one."""
         try:
-            return self._versions.build(wire, self._cache.get(key), self._memos.get(key))
+            return self._versions.build(wire, before, self._memos.get(key))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self._undecodable(verb, key, exc) from exc
-
-    def _undecodable(self, verb: str, key: str, exc: Exception) -> KubeDecodeError:
-        return KubeDecodeError(
-            f"{verb} {self.resource.plural}: {key} does not decode as {self.kind.__name__} ({exc})"
-        )
+            raise KubeDecodeError(
+                f"{verb} {self.resource.plural}: {key} does not decode as "
+                f"{self.kind.__name__} ({exc})"
+            ) from exc
 
     async def _watch_until_relist(self) -> None:
         """Watch from the current version; return when a relist is due (410 or resync).
@@ -349,20 +347,14 @@ class Informer(Generic[T]):
             if last is not None:
                 self._notify(key, Gone(last))
             return
-        cache = self._cache
-        before = cache.get(key)
-        try:
-            obj, memo, changed = self._versions.build(wire, before, self._memos.get(key))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self._undecodable("WATCH", key, exc) from exc
+        before = self._cache.get(key)
+        obj, memo, changed = self._build("WATCH", wire, key, before)
         self.resource_version = obj.metadata.resource_version
-        cache[key] = obj
+        self._cache[key] = obj
         if memo is not None:
             self._memos[key] = memo
         if changed:
-            update = Changed(obj)
-            for mailbox in self._subscribers:
-                mailbox.put(key, update)
+            self._notify(key, Changed(obj))
         elif before is not None:
             self.unchanged += 1
 
