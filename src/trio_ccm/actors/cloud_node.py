@@ -133,11 +133,12 @@ class CloudNodeController(Controller):
         assert instances is not None  # the capability is checked before a term starts
         term = _CloudNodeTerm(ctx, instances, self.metrics)
         # With a bulk lookup, as many Node actors as make two full batches may look up at
-        # once (that is what fills the batches; cloud calls are capped by the budget); kube
-        # writes stay capped by --concurrent-node-syncs (write_limiter). Without one,
-        # lookups are capped too. Not every Node of a wave at once: 5,000 handler calls in
-        # flight (each a stack of coroutines, a batch entry, a request) made a peak whose
-        # memory the allocator kept long after the wave (docs/benchmarks.md, the wave).
+        # once, never more than WAVE_LOOKUPS_CAP (that is what fills the batches; cloud
+        # calls are capped by the budget); kube writes stay capped by
+        # --concurrent-node-syncs (write_limiter). Without one, lookups are capped too.
+        # Not every Node of a wave at once: 5,000 handler calls in flight (each a stack of
+        # coroutines, a batch entry, a request) made a peak whose memory the allocator
+        # kept long after the wave (docs/benchmarks.md, the wave).
         syncs = ctx.settings.concurrent_node_syncs
         concurrency = (
             max(syncs, min(2 * ctx.batcher.max_batch, WAVE_LOOKUPS_CAP))
