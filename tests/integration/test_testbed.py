@@ -264,6 +264,36 @@ async def test_terminated_instance_goes_unknown_and_is_forgotten(
             nursery.cancel_scope.cancel()
 
 
+async def test_a_joining_kubelet_does_not_queue_behind_the_fleets_heartbeats(
+    autojump_clock: trio.testing.MockClock, server: ApiServer, cloud: SimCloud, kube: KubeClient
+) -> None:
+    """With one write in flight and heartbeats that take 5 s each (a backlog that only
+    grows), an instance launched at t=10.5 still has its Node registered at the next poll:
+    registrations have slots of their own."""
+    server.faults.inject_latency(5.0, verb="patch", resource="nodes/status")
+    testbed = Testbed(
+        server,
+        cloud,
+        heartbeat_s=1.0,
+        seed=3,
+        now=virtual_now,
+        node_lease_s=None,
+        max_in_flight=1,
+    )
+    testbed.add_nodes(4)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(testbed.serve)
+            await trio.sleep_until(10.5)
+            cloud.add_instance("node-extra")
+            await trio.sleep_until(12.0)
+            names = await node_names(kube)
+            nursery.cancel_scope.cancel()
+    assert "node-extra" in names
+    assert condition(node(server, "node-extra"))["lastTransitionTime"] == stamp(11.0)
+    assert testbed.statistics().heartbeats < 4  # the backlog: one beat per 5 s got through
+
+
 @pytest.mark.parametrize(
     ("state", "registered_at"),
     [

@@ -286,7 +286,8 @@ _encode = msgspec.json.Encoder().encode
 
 def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
     """The kubelets' client of an emulator at `server` (plain HTTP on loopback; refused
-    otherwise), with as many connections as writes in flight."""
+    otherwise), with as many connections as writes in flight: `max_in_flight`
+    registrations and as many other writes (`Testbed`)."""
     host = urlsplit(server).hostname or ""
     if urlsplit(server).scheme != "http" or not is_loopback(host):
         raise ValueError(
@@ -302,7 +303,7 @@ def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
         ),
         qps=0,  # kubelets each have their own budget; the fleet's is not limited
         component="testbed-kubelets",
-        transport=Http1Pool(host, port, size=max_in_flight),
+        transport=Http1Pool(host, port, size=2 * max_in_flight),
     )
 
 

@@ -38,7 +38,9 @@ simulated cloud's HTTP admin API (docs/sim-cloud.md) take effect within that tim
 `add_nodes` adds instances and takes effect at once. Kubelets write through the emulator's
 in-process transport, so all of this runs under `trio.testing.MockClock`; given a
 `KubeClient` instead of the emulator, they write through it (an emulator in another process,
-over loopback HTTP: `trio_ccm_testbed.split`), at most `max_in_flight` (64) writes at once.
+over loopback HTTP: `trio_ccm_testbed.split`), at most `max_in_flight` (64) registrations
+and as many other writes (heartbeats, Leases) at once: a joining kubelet does not wait
+behind the fleet's heartbeats.
 
 ```python
 api, cloud = ApiServer(seed=1), SimCloud(seed=1)
@@ -400,7 +402,10 @@ class Testbed:
         # Writes in flight at once: a fleet of 100,000 kubelets registering together over
         # HTTP would queue 100,000 requests in the client's connection pool (whose queue
         # is walked on every release); a real API server's clients are as many processes.
+        # Registrations have slots of their own: a kubelet that joins does not queue behind
+        # the fleet's heartbeats (333 a second at 100,000 Nodes), as a real one does not.
         self._writes = trio.CapacityLimiter(max_in_flight)
+        self._registering = trio.CapacityLimiter(max_in_flight)
         self.kube_proxy: KubeProxy | None = None
         """kube-proxy and the pods on every Node (`pods`: the default replica count per
         Service; needs the simulated cloud with a loopback internal network)."""
@@ -411,6 +416,7 @@ class Testbed:
         self._kubelets: dict[str, _Kubelet] = {}
         self._initialised: set[str] = set()  # instances whose Node registers initialised
         self._registered: set[str] = set()  # instances whose Node a world builder registered
+        self._cursor: int | None = None  # the simulated cloud's changes read so far
         self._wake = trio.Event()
         self._built = trio.Event()  # the Nodes of the instances running at start registered
         self._registrations = 0
@@ -562,10 +568,26 @@ class Testbed:
                 kubelets=len(self._kubelets),
             )
 
+    def _changes(self) -> tuple[Sequence[FleetInstance], list[str]]:
+        """The instances to compare with their kubelets, and the ids of kubelets whose
+        instance is gone. From the simulated cloud, only what changed since the last call
+        (`SimCloud.touched_since`: a walk of 100,000 instances every `poll_s` held this
+        process half a second a second); from any other fleet, every instance."""
+        cloud = self.cloud
+        if isinstance(cloud, SimCloud):
+            if self._cursor is not None:
+                self._cursor, changed = cloud.touched_since(self._cursor)
+                present: list[FleetInstance] = [i for i in changed.values() if i is not None]
+                gone = [i for i, found in changed.items() if found is None and i in self._kubelets]
+                return present, gone
+            self._cursor = cloud.touches  # before the listing: later changes are read next
+        listed = {instance.id: instance for instance in cloud.instances()}
+        return list(listed.values()), [i for i in self._kubelets if i not in listed]
+
     async def _sync(self, nursery: trio.Nursery) -> None:
         """Compare the cloud's instances with the kubelets and act on every difference."""
-        present = {instance.id: instance for instance in self.cloud.instances()}
-        for instance in present.values():
+        present, gone_ids = self._changes()
+        for instance in present:
             kubelet = self._kubelets.get(instance.id)
             if kubelet is None:
                 kubelet = _Kubelet(
@@ -578,7 +600,7 @@ class Testbed:
                 self._boot(kubelet, instance, nursery)
             elif instance.state != "running" and kubelet.running:
                 await self._halt(kubelet, instance.state)
-        for gone in [i for i in self._kubelets if i not in present]:
+        for gone in gone_ids:
             kubelet = self._kubelets.pop(gone)
             if kubelet.running:
                 await self._halt(kubelet, "gone")
@@ -642,7 +664,7 @@ class Testbed:
             return
         while True:
             try:
-                async with self._writes:
+                async with self._registering:
                     await self._kube.create(
                         NODES,
                         node_manifest(

@@ -212,6 +212,75 @@ async def test_instance_changes_list_what_changed_after_a_revision(
     assert after_visible["revision"] == 6
 
 
+async def test_touched_since_lists_each_change_once_in_the_order_of_the_last(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`touched_since(cursor)` gives each instance changed after the cursor once, in the
+    order of its last change, as it is now (None once forgotten), and the next cursor: a
+    launch, a stop, new addresses, becoming visible and being forgotten all count."""
+    cloud = SimCloud(seed=1, terminated_retention_s=5.0)
+    a, b, c = (cloud.add_instance(n) for n in ("a", "b", "c"))
+    start = cloud.touches
+    with trio.fail_after(LIMIT_S):
+        cloud.stop(a.id)
+        cloud.set_addresses(b.id, internal=["10.9.9.9"])
+        cloud.start(a.id)
+        cloud.stop(c.id)
+        cloud.stop(c.id)  # stopping a stopped instance changes nothing
+        middle, first = cloud.touched_since(start)
+        cloud.faults.consistency_delay_s = 2.0
+        late = cloud.add_instance("late")
+        cloud.terminate(b.id)
+        hidden_cursor, hidden = cloud.touched_since(middle)
+        await trio.sleep(5.0)  # `late` becomes visible, `b` is forgotten
+        end, after = cloud.touched_since(hidden_cursor)
+        nothing = cloud.touched_since(end)
+    assert [(i, found and found.state) for i, found in first.items()] == [
+        (b.id, "running"),
+        (a.id, "running"),
+        (c.id, "stopped"),
+    ]
+    assert [(i, found and found.state) for i, found in hidden.items()] == [
+        (late.id, "running"),
+        (b.id, "terminated"),
+    ]
+    assert list(after) == [late.id, b.id]
+    assert after[b.id] is None
+    assert nothing == (end, {})
+    assert end == cloud.touches > hidden_cursor > middle > start
+    with pytest.raises(ValueError, match="ahead of this cloud"):
+        cloud.touched_since(end + 1)
+
+
+async def test_bulk_lookups_by_name_and_id_read_the_indexes_in_launch_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A bulk lookup answers the visible instances with a named name or id, oldest launch
+    first: a terminated one still listed beside its namesake, none not yet visible, none
+    forgotten, unknown names and ids skipped."""
+    cloud = SimCloud(seed=1, terminated_retention_s=5.0)
+    async with httpx.AsyncClient(transport=cloud.transport(), base_url="http://c") as http:
+        a, b, c = (cloud.add_instance(n) for n in ("a", "b", "c"))
+        cloud.terminate(a.id)
+        a2 = cloud.add_instance("a")
+        cloud.faults.consistency_delay_s = 2.0
+        d = cloud.add_instance("d")
+        query = {"names": "d,a,zz", "ids": f"{c.id},i-00000000,{b.id}"}
+        with trio.fail_after(LIMIT_S):
+            now = (await http.get("/v1/instances", params=query)).json()["instances"]
+            await trio.sleep(5.0)
+            later = (await http.get("/v1/instances", params=query)).json()["instances"]
+            got = await http.get(f"/v1/instances/{d.id}")
+    assert [(i["id"], i["state"]) for i in now] == [
+        (a.id, "terminated"),
+        (b.id, "running"),
+        (c.id, "running"),
+        (a2.id, "running"),
+    ]
+    assert [i["id"] for i in later] == [b.id, c.id, a2.id, d.id]
+    assert got.json()["name"] == "d"
+
+
 @pytest.mark.parametrize(
     ("since", "status", "message"),
     [

@@ -144,6 +144,12 @@ class SimCloud:
         self._id_rng = random.Random(f"{seed}/ids")  # noqa: S311 - names, not secrets
         self._used_ids: set[str] = set()
         self._instances: dict[str, Instance] = {}
+        # Each instance's place in launch order (`_instances` keeps that order), and the
+        # change log `touched_since` reads: each id once, at its last change's count, in
+        # that order (a dict moved to its end on each change).
+        self._launched: dict[str, int] = {}
+        self._touches = 0
+        self._touched: dict[str, int] = {}
         # Indexes over `_instances`, so that launching one of 100,000 instances stays cheap:
         # the id of the instance not terminated that holds each name, the ids of terminated
         # instances still listed, and how many instances hold each internal IP.
@@ -207,7 +213,7 @@ class SimCloud:
             visible_at=now + self.faults.consistency_delay_s,
             revision=self._next_revision(),
         )
-        self._instances[instance.id] = instance
+        self._keep(instance)
         if instance.visible_at > now:
             self._unseen.add(instance.id)
         self._names[name] = instance.id
@@ -244,7 +250,7 @@ class SimCloud:
         updated = replace(
             instance, state="terminated", terminated_at=now, revision=self._next_revision()
         )
-        self._instances[instance_id] = updated
+        self._keep(updated)
         self._terminated.add(instance_id)
         if self._names.get(instance.name) == instance_id:
             del self._names[instance.name]
@@ -270,7 +276,7 @@ class SimCloud:
             else self._addresses(external, f"{instance_id}: external IP"),
             revision=self._next_revision(),
         )
-        self._instances[instance_id] = updated
+        self._keep(updated)
         self._internal_in_use.subtract(instance.internal_ips)
         self._internal_in_use.update(updated.internal_ips)
         return updated
@@ -282,8 +288,43 @@ class SimCloud:
         if instance.state == state:
             return instance
         updated = replace(instance, state=state, revision=self._next_revision())
-        self._instances[instance_id] = updated
+        self._keep(updated)
         return updated
+
+    def _keep(self, instance: Instance) -> None:
+        """Store a launched or changed instance (in launch order) and note the change."""
+        if instance.id not in self._instances:
+            self._launched[instance.id] = self._revision  # taken by each launch
+        self._instances[instance.id] = instance
+        self._touch(instance.id)
+
+    def _touch(self, instance_id: str) -> None:
+        self._touches += 1
+        self._touched.pop(instance_id, None)
+        self._touched[instance_id] = self._touches
+
+    @property
+    def touches(self) -> int:
+        """How many instance changes this cloud has seen (a launch, a state or address
+        change, becoming visible, being forgotten after termination): a cursor for
+        `touched_since`."""
+        self._purge(_trio_now())
+        return self._touches
+
+    def touched_since(self, cursor: int) -> tuple[int, dict[str, Instance | None]]:
+        """The instances changed after `cursor` (an earlier `touches`), each once, in the
+        order of their last change, as they are now (None: forgotten), and the cursor to
+        ask from next time. A follower of 100,000 instances reads what changed instead of
+        every instance (the testbed's kubelets poll this every second)."""
+        self._purge(_trio_now())
+        if cursor > self._touches:
+            raise ValueError(f"cursor {cursor} is ahead of this cloud's {self._touches} changes")
+        changed: list[str] = []
+        for instance_id, seen in reversed(self._touched.items()):
+            if seen <= cursor:
+                break
+            changed.append(instance_id)
+        return self._touches, {i: self._instances.get(i) for i in reversed(changed)}
 
     def _next_revision(self) -> int:
         self._revision += 1
@@ -341,7 +382,7 @@ class SimCloud:
                 if instance is None or instance.visible_at <= now:
                     self._unseen.discard(instance_id)
                 if instance is not None and instance.visible_at <= now:
-                    self._instances[instance_id] = replace(instance, revision=self._next_revision())
+                    self._keep(replace(instance, revision=self._next_revision()))
         gone = [
             instance_id
             for instance_id in self._terminated
@@ -351,6 +392,8 @@ class SimCloud:
         for instance_id in gone:
             self._terminated.discard(instance_id)
             self._internal_in_use.subtract(self._instances.pop(instance_id).internal_ips)
+            del self._launched[instance_id]
+            self._touch(instance_id)
 
     def _visible(self, now: float) -> list[Instance]:
         self._purge(now)
@@ -572,12 +615,26 @@ class SimCloud:
     def _list(self, request: Request, now: float) -> Response:
         names = set(request.list_arg("names") + request.list_arg("name"))
         ids = set(request.list_arg("ids"))
-        found: list[JSON] = [
-            instance.to_json()
-            for instance in self._visible(now)
-            if not (names or ids) or instance.name in names or instance.id in ids
-        ]
+        found: list[JSON] = [instance.to_json() for instance in self._matching(names, ids, now)]
         return json_response(200, {"instances": found})
+
+    def _matching(self, names: set[str], ids: set[str], now: float) -> list[Instance]:
+        """The visible instances named in `names` or with an id in `ids` (every visible one
+        when both are empty), in launch order: from the indexes, so a bulk lookup of 1,000
+        Nodes does not walk 100,000 instances."""
+        if not (names or ids):
+            return self._visible(now)
+        self._purge(now)
+        wanted = {self._names[name] for name in names if name in self._names}
+        wanted.update(i for i in ids if i in self._instances)
+        wanted.update(i for i in self._terminated if self._instances[i].name in names)
+        return [
+            instance
+            for instance in map(
+                self._instances.__getitem__, sorted(wanted, key=self._launched.__getitem__)
+            )
+            if instance.visible_at <= now
+        ]
 
     def _changes(self, since: str, now: float) -> Response:
         """The instances changed after revision `since` (terminated ones included while they
@@ -605,10 +662,11 @@ class SimCloud:
         return json_response(200, {"revision": self._revision, "instances": found})
 
     def _get_instance(self, instance_id: str, now: float) -> Response:
-        for instance in self._visible(now):
-            if instance.id == instance_id:
-                return json_response(200, instance.to_json())
-        raise not_found(f"instance {instance_id}")
+        self._purge(now)
+        instance = self._instances.get(instance_id)
+        if instance is None or instance.visible_at > now:
+            raise not_found(f"instance {instance_id}")
+        return json_response(200, instance.to_json())
 
     def _lb_of(self, cluster: str, name: str) -> LoadBalancer:
         found = self._load_balancers.get(name)
@@ -733,7 +791,7 @@ class SimCloud:
     def _set_backends(self, cluster: str, name: str, raw: bytes, now: float) -> Response:
         lb = self._lb_of(cluster, name)
         body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
-        lb = replace(lb, nodes=tuple(sorted(set(body.nodes))))
+        lb = replace(lb, nodes=_sorted_unique(body.nodes))
         self._load_balancers[name] = lb
         self._lb_changed()
         return json_response(200, lb.to_json(now))
