@@ -19,6 +19,9 @@ import structlog
 import trio
 import trio.testing
 
+from trio_ccm.kube.errors import NotFoundError
+from trio_ccm.kube.objects import NODES
+from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 from trio_ccm_testbed.cloud import SimCloud
 from trio_ccm_testbed.split import (
@@ -196,6 +199,36 @@ def test_kubelets_refuse_an_emulator_off_loopback(server: str) -> None:
     else is refused, naming the flag and the fix, before any request is sent."""
     with pytest.raises(ValueError, match=r"--server .*loopback"):
         kubelets_client(server)
+
+
+async def test_status_writer_patches_as_the_kube_client_would_and_maps_refusals() -> None:
+    """The kubelets' lean status writer, over the emulator's HTTP door, writes the status
+    patch under the kube client's field manager (the one a heartbeat through the client
+    gets), and a gone Node is a NotFoundError naming it."""
+    api = ApiServer(seed=1)
+    cloud = SimCloud(seed=1)
+    await register_nodes(api, cloud, 2, initialised=True, every=10, say=lambda _: None)
+    stamp = "2030-01-01T00:00:05Z"
+    patch: dict[str, JSONValue] = {
+        "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": stamp}]}
+    }
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(serve_apiserver, api)
+            client, writer = kubelets_client(listening.url)
+            await writer.patch_status("node-0001", json.dumps(patch).encode())
+            await client.patch(NODES, "node-0002", Patch(STRATEGIC, patch), subresource="status")
+            with pytest.raises(NotFoundError, match="node-0009"):
+                await writer.patch_status("node-0009", json.dumps(patch).encode())
+            await client.aclose()
+            nursery.cancel_scope.cancel()
+    managers = []
+    for name in ("node-0001", "node-0002"):
+        node = api.get("v1", "Node", name)
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["lastHeartbeatTime"]) == ("True", stamp)
+        managers.append(sorted(m["manager"] for m in node["metadata"]["managedFields"]))
+    assert managers[0] == managers[1] == ["kubelet", "trio-ccm"]
 
 
 def _spawn(args: list[str], err: Path) -> subprocess.Popen[str]:

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import msgspec
@@ -49,6 +49,8 @@ import trio
 from trio_ccm.cli.stalls import StallWatch
 from trio_ccm.kube.client import KubeClient
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.errors import error_from_response
+from trio_ccm.kube.patches import STRATEGIC
 from trio_ccm.logs import configure_logging
 from trio_ccm_testbed._http import Request, Response
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
@@ -64,6 +66,7 @@ from trio_ccm_testbed.testbed import (
 
 __all__ = [
     "Http1Pool",
+    "Http1StatusWriter",
     "LagWatch",
     "TimedApiServer",
     "emulator_main",
@@ -182,8 +185,18 @@ class Http1Pool(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        head = [f"{request.method} {request.url.raw_path.decode()} HTTP/1.1".encode()]
-        head += [k + b": " + v for k, v in request.headers.raw if k.lower() != b"content-length"]
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+        status, answer, content = await self.exchange(
+            request.method, request.url.raw_path.decode(), headers, body
+        )
+        return httpx.Response(status, headers=answer, content=content, request=request)
+
+    async def exchange(
+        self, method: str, target: str, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One request (`headers` without Content-Length, which is added) and its answer:
+        status, headers, body. No httpx on this path (`Http1StatusWriter`)."""
+        head = [f"{method} {target} HTTP/1.1".encode(), *(k + b": " + v for k, v in headers)]
         head.append(b"content-length: %d" % len(body))
         wire = b"\r\n".join(head) + b"\r\n\r\n" + body
         async with self._slots:
@@ -194,7 +207,7 @@ class Http1Pool(httpx.AsyncBaseTransport):
             )
             try:
                 await stream.send_all(wire)
-                status, headers, content, keep = await _read_answer(stream, buffer)
+                status, answer, content, keep = await _read_answer(stream, buffer)
             except BaseException:
                 await trio.aclose_forcefully(stream)
                 raise
@@ -202,7 +215,7 @@ class Http1Pool(httpx.AsyncBaseTransport):
                 self._idle.append((stream, buffer))
             else:
                 await trio.aclose_forcefully(stream)
-        return httpx.Response(status, headers=headers, content=content, request=request)
+        return status, answer, content
 
     async def aclose(self) -> None:
         while self._idle:
@@ -234,6 +247,30 @@ async def _read_answer(
     content = bytes(buffer[:length])
     del buffer[:length]
     return status, headers, content, fields.get(b"connection", b"").lower() != b"close"
+
+
+class Http1StatusWriter:
+    """The kubelets' status patches (`StatusWriter`) straight through an `Http1Pool`, with
+    the kube client's user agent (so the same field manager) and its error mapping: at
+    333 a second, httpx's request building, auth, redirect and cookie steps cost the
+    kubelets' process more than the socket did. A refusal is not retried here; a kubelet
+    posts again at its next beat."""
+
+    def __init__(self, pool: Http1Pool, *, host: str, user_agent: str) -> None:
+        self._pool = pool
+        self._headers = [
+            (b"host", host.encode()),
+            (b"accept", b"application/json"),
+            (b"user-agent", user_agent.encode()),
+            (b"content-type", STRATEGIC.encode()),
+        ]
+
+    async def patch_status(self, name: str, body: bytes) -> None:
+        path = f"/api/v1/nodes/{quote(name, safe='')}/status"
+        status, headers, content = await self._pool.exchange("PATCH", path, self._headers, body)
+        if status >= 400:
+            fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
+            raise error_from_response("PATCH", path, status, content, fields)
 
 
 KUBELET_AGENT: Final = f"kubelet/{KUBELET_VERSION} (linux/amd64) kubernetes/sim"
@@ -284,10 +321,10 @@ async def register_nodes(
 _encode = msgspec.json.Encoder().encode
 
 
-def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
+def kubelets_client(server: str, *, max_in_flight: int = 8) -> tuple[KubeClient, Http1StatusWriter]:
     """The kubelets' client of an emulator at `server` (plain HTTP on loopback; refused
-    otherwise), with as many connections as writes in flight: `max_in_flight`
-    registrations and as many other writes (`Testbed`)."""
+    otherwise), and their status writer, sharing one pool with as many connections as
+    writes in flight: `max_in_flight` registrations and as many other writes (`Testbed`)."""
     host = urlsplit(server).hostname or ""
     if urlsplit(server).scheme != "http" or not is_loopback(host):
         raise ValueError(
@@ -295,7 +332,8 @@ def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
             "HTTP only (e.g. http://127.0.0.1:PORT, as `split emulator` prints it)"
         )
     port = urlsplit(server).port or 80
-    return KubeClient(
+    pool = Http1Pool(host, port, size=2 * max_in_flight)
+    client = KubeClient(
         ConnectionConfig(
             server=server,
             credentials=StaticCredentials(token=None),
@@ -303,8 +341,10 @@ def kubelets_client(server: str, *, max_in_flight: int = 8) -> KubeClient:
         ),
         qps=0,  # kubelets each have their own budget; the fleet's is not limited
         component="testbed-kubelets",
-        transport=Http1Pool(host, port, size=2 * max_in_flight),
+        transport=pool,
     )
+    writer = Http1StatusWriter(pool, host=urlsplit(server).netloc, user_agent=client.user_agent)
+    return client, writer
 
 
 async def watch_progress(
@@ -443,7 +483,7 @@ def kubelets_main(args: argparse.Namespace) -> int:
     """The simulated cloud and the kubelets of its `--nodes` instances, until SIGINT."""
     tune_collector()  # 100,000 kubelets' tasks are a large world too (the cloud answers)
     try:
-        client = kubelets_client(args.server, max_in_flight=args.max_in_flight)
+        client, writer = kubelets_client(args.server, max_in_flight=args.max_in_flight)
         pools = traffic_pools(args.lb_network, None)
     except ValueError as exc:
         print(f"trio-ccm testbed kubelets: error: {exc}", file=sys.stderr)
@@ -461,6 +501,7 @@ def kubelets_main(args: argparse.Namespace) -> int:
             seed=args.seed,
             node_lease_s=None if args.no_node_leases else 40.0,
             max_in_flight=args.max_in_flight,
+            status_writer=writer,
         )
         started = time.monotonic()
         async with trio.open_nursery() as nursery:

@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
 
+import msgspec
 import structlog
 import trio
 
@@ -95,6 +96,7 @@ __all__ = [
     "Fleet",
     "FleetInstance",
     "FleetRoute",
+    "StatusWriter",
     "Testbed",
     "TestbedStatistics",
     "launch_instances",
@@ -168,6 +170,17 @@ class FleetInstance(Protocol):
     @property
     def state(self) -> str:
         """ "running" (its kubelet runs), or anything else (it is silent)."""
+        ...
+
+
+class StatusWriter(Protocol):
+    """A lean door for the fleet's most frequent write: the kubelets' status patch (333 a
+    second at 100,000 Nodes, where the kube client's httpx machinery cost the kubelets'
+    process more than the socket did)."""
+
+    async def patch_status(self, name: str, body: bytes) -> None:
+        """Send `body`, a strategic-merge patch, to Node `name`'s status subresource.
+        Raises `NotFoundError` when the Node is gone, another `KubeError` when refused."""
         ...
 
 
@@ -353,7 +366,8 @@ class Testbed:
     `cloud` is the simulated cloud, or any `Fleet` (`add_nodes` needs the simulated cloud).
 
     `token` is the bearer token to present when `api` requires one. `now` is the wall clock
-    written into condition timestamps. `seed` seeds the heartbeat offsets.
+    written into condition timestamps. `seed` seeds the heartbeat offsets. `status_writer`,
+    when given, sends the status patches (heartbeats, Ready=Unknown) instead of `api`.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -371,6 +385,7 @@ class Testbed:
         node_lease_s: float | None = NODE_LEASE_S,
         pods: int | None = None,
         max_in_flight: int = 64,
+        status_writer: StatusWriter | None = None,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -406,6 +421,7 @@ class Testbed:
         # the fleet's heartbeats (333 a second at 100,000 Nodes), as a real one does not.
         self._writes = trio.CapacityLimiter(max_in_flight)
         self._registering = trio.CapacityLimiter(max_in_flight)
+        self._status_writer = status_writer
         self.kube_proxy: KubeProxy | None = None
         """kube-proxy and the pods on every Node (`pods`: the default replica count per
         Service; needs the simulated cloud with a loopback internal network)."""
@@ -782,6 +798,14 @@ class Testbed:
         kubelet.ready = "True"
 
     async def _patch_status(self, name: str, conditions: Sequence[JSONValue]) -> None:
-        patch = Patch(STRATEGIC, {"status": {"conditions": list(conditions)}})
+        document: dict[str, JSONValue] = {"status": {"conditions": list(conditions)}}
         async with self._writes:
-            await self._kube.patch(NODES, name, patch, subresource="status")
+            if self._status_writer is not None:
+                await self._status_writer.patch_status(name, _encode(document))
+            else:
+                await self._kube.patch(
+                    NODES, name, Patch(STRATEGIC, document), subresource="status"
+                )
+
+
+_encode = msgspec.json.Encoder().encode
