@@ -321,10 +321,13 @@ async def register_nodes(
 _encode = msgspec.json.Encoder().encode
 
 
-def kubelets_client(server: str, *, max_in_flight: int = 8) -> tuple[KubeClient, Http1StatusWriter]:
+def kubelets_client(
+    server: str, *, max_in_flight: int = 8, max_registering: int = 8
+) -> tuple[KubeClient, Http1StatusWriter]:
     """The kubelets' client of an emulator at `server` (plain HTTP on loopback; refused
     otherwise), and their status writer, sharing one pool with as many connections as
-    writes in flight: `max_in_flight` registrations and as many other writes (`Testbed`)."""
+    writes in flight: `max_in_flight` writes and `max_registering` registrations
+    (`Testbed`)."""
     host = urlsplit(server).hostname or ""
     if urlsplit(server).scheme != "http" or not is_loopback(host):
         raise ValueError(
@@ -332,7 +335,7 @@ def kubelets_client(server: str, *, max_in_flight: int = 8) -> tuple[KubeClient,
             "HTTP only (e.g. http://127.0.0.1:PORT, as `split emulator` prints it)"
         )
     port = urlsplit(server).port or 80
-    pool = Http1Pool(host, port, size=2 * max_in_flight)
+    pool = Http1Pool(host, port, size=max_in_flight + max_registering)
     client = KubeClient(
         ConnectionConfig(
             server=server,
@@ -435,6 +438,13 @@ def _parser() -> argparse.ArgumentParser:
     kubelets.add_argument("--cloud-config-out", required=True, metavar="PATH")
     kubelets.add_argument("--host", default="127.0.0.1")
     kubelets.add_argument("--max-in-flight", type=int, default=8)
+    kubelets.add_argument(
+        "--max-registering",
+        type=int,
+        default=32,
+        help="registrations in flight besides --max-in-flight (a join's kubelets each post "
+        "their Node at once; they do not queue behind the fleet's heartbeats)",
+    )
     kubelets.add_argument("--progress-every", type=int, default=10_000)
     return parser
 
@@ -483,7 +493,9 @@ def kubelets_main(args: argparse.Namespace) -> int:
     """The simulated cloud and the kubelets of its `--nodes` instances, until SIGINT."""
     tune_collector()  # 100,000 kubelets' tasks are a large world too (the cloud answers)
     try:
-        client, writer = kubelets_client(args.server, max_in_flight=args.max_in_flight)
+        client, writer = kubelets_client(
+            args.server, max_in_flight=args.max_in_flight, max_registering=args.max_registering
+        )
         pools = traffic_pools(args.lb_network, None)
     except ValueError as exc:
         print(f"trio-ccm testbed kubelets: error: {exc}", file=sys.stderr)
@@ -502,6 +514,7 @@ def kubelets_main(args: argparse.Namespace) -> int:
             node_lease_s=None if args.no_node_leases else 40.0,
             max_in_flight=args.max_in_flight,
             status_writer=writer,
+            max_registering=args.max_registering,
         )
         started = time.monotonic()
         async with trio.open_nursery() as nursery:

@@ -38,9 +38,9 @@ simulated cloud's HTTP admin API (docs/sim-cloud.md) take effect within that tim
 `add_nodes` adds instances and takes effect at once. Kubelets write through the emulator's
 in-process transport, so all of this runs under `trio.testing.MockClock`; given a
 `KubeClient` instead of the emulator, they write through it (an emulator in another process,
-over loopback HTTP: `trio_ccm_testbed.split`), at most `max_in_flight` (64) registrations
-and as many other writes (heartbeats, Leases) at once: a joining kubelet does not wait
-behind the fleet's heartbeats.
+over loopback HTTP: `trio_ccm_testbed.split`), at most `max_in_flight` (64) writes
+(heartbeats, Leases) at once, and `max_registering` (as many) registrations besides: a
+joining kubelet does not wait behind the fleet's heartbeats.
 
 ```python
 api, cloud = ApiServer(seed=1), SimCloud(seed=1)
@@ -386,6 +386,7 @@ class Testbed:
         pods: int | None = None,
         max_in_flight: int = 64,
         status_writer: StatusWriter | None = None,
+        max_registering: int | None = None,
     ) -> None:
         if not (math.isfinite(heartbeat_s) and heartbeat_s > 0):
             raise ValueError(f"heartbeat_s={heartbeat_s!r}: must be a positive number of seconds")
@@ -420,7 +421,7 @@ class Testbed:
         # Registrations have slots of their own: a kubelet that joins does not queue behind
         # the fleet's heartbeats (333 a second at 100,000 Nodes), as a real one does not.
         self._writes = trio.CapacityLimiter(max_in_flight)
-        self._registering = trio.CapacityLimiter(max_in_flight)
+        self._registering = trio.CapacityLimiter(max_registering or max_in_flight)
         self._status_writer = status_writer
         self.kube_proxy: KubeProxy | None = None
         """kube-proxy and the pods on every Node (`pods`: the default replica count per
