@@ -19,7 +19,10 @@ answered the CCM seconds late. Here the world is two processes:
   the simulated cloud (on loopback HTTP, its admin API included: instances added there get
   kubelets within a second) and the `Testbed` whose kubelets heartbeat their Nodes (and
   register new ones; `--registered`: the emulator built the `--nodes`) through the
-  emulator's HTTP door, as any other client; it prints a progress line every
+  emulator's HTTP door, as any other client: `--max-in-flight` (8) writes at once, their
+  status patches straight through a lean HTTP/1.1 pool (`Http1StatusWriter`), and a join's
+  registrations `--max-registering` (32) more of their own; they follow the cloud by its
+  change log, not a walk of every instance. It prints a progress line every
   `--progress-every` (10,000) Nodes registered, then `N nodes registered`.
 
 `bench/scale.py` starts both. Each refuses a non-loopback address.

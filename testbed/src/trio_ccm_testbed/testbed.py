@@ -33,7 +33,8 @@ can be stood up in its steady state; other instances (the admin API's) join as n
 
 A kubelet whose Node is deleted while its instance runs does not register it again (a
 real kubelet registers once per start). The cloud is polled every `poll_s` (1 s) through
-the `SimCloud` Python API, so instances added, stopped, started or terminated through the
+the `SimCloud` Python API (what changed since the last poll, `SimCloud.touched_since`; any
+other fleet is listed whole), so instances added, stopped, started or terminated through the
 simulated cloud's HTTP admin API (docs/sim-cloud.md) take effect within that time;
 `add_nodes` adds instances and takes effect at once. Kubelets write through the emulator's
 in-process transport, so all of this runs under `trio.testing.MockClock`; given a
