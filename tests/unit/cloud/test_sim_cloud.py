@@ -282,6 +282,44 @@ async def test_bulk_lookups_by_name_and_id_read_the_indexes_in_launch_order(
 
 
 @pytest.mark.parametrize(
+    ("batch", "status", "message"),
+    [
+        pytest.param([{"name": "n2"}, {"name": "n3", "state": "stopped"}], 201, "", id="launched"),
+        pytest.param([{"name": "n2"}, {"name": "n1"}], 409, "n1 is taken", id="name-taken"),
+        pytest.param([{"name": "n2"}, {"name": "n2"}], 400, "n2 is named twice", id="twice"),
+        pytest.param([{"name": "n2"}, {"name": ""}], 400, "needs a name", id="no-name"),
+        pytest.param(
+            [{"name": "n2"}, {"name": "n3", "externalIPs": ["x"]}],
+            400,
+            "instance n3: external IP 'x' is not an IP address",
+            id="bad-address",
+        ),
+        pytest.param([{"name": "n2", "state": "gone"}], 400, "must be running or", id="state"),
+    ],
+)
+async def test_an_instance_batch_launches_all_or_none(
+    cloud: SimCloud, client: httpx.AsyncClient, batch: list[Any], status: int, message: str
+) -> None:
+    """POST /_sim/instance-batches launches every instance of the batch in order (one call,
+    as an autoscaler's burst), or none when any one is refused, naming it."""
+    cloud.add_instance("n1")
+    with trio.fail_after(LIMIT_S):
+        response = await client.post("/_sim/instance-batches", json={"instances": batch})
+    assert response.status_code == status
+    names = [i.name for i in cloud.instances()]
+    if status == 201:
+        answered = response.json()["instances"]
+        assert [(i["name"], i["state"]) for i in answered] == [
+            ("n2", "running"),
+            ("n3", "stopped"),
+        ]
+        assert names == ["n1", "n2", "n3"]
+    else:
+        assert message in response.json()["error"]["message"]
+        assert names == ["n1"]
+
+
+@pytest.mark.parametrize(
     ("since", "status", "message"),
     [
         pytest.param("x1", 400, "since='x1' is not a revision", id="not-a-number"),

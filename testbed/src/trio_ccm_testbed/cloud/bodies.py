@@ -49,6 +49,10 @@ class InstanceBody(msgspec.Struct, forbid_unknown_fields=True):
     state: str = "running"
 
 
+class InstanceBatchBody(msgspec.Struct, forbid_unknown_fields=True):
+    instances: list[InstanceBody]
+
+
 class AddressesBody(msgspec.Struct, forbid_unknown_fields=True):
     internal: list[str] | None = None
     external: list[str] | None = None

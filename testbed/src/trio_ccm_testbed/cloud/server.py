@@ -886,6 +886,10 @@ class SimCloud:
                     state=body.state,
                 )
                 return json_response(201, instance.to_json())
+            case "POST", ["instance-batches"]:
+                batch = bodies.decode(request.body, bodies.InstanceBatchBody, "instance batch")
+                launched: list[JSON] = [i.to_json() for i in self._launch_batch(batch.instances)]
+                return json_response(201, {"instances": launched})
             case "GET", ["instances", instance_id]:
                 return json_response(200, self.instance(instance_id).to_json())
             case "POST", ["instances", instance_id, ("stop" | "start" | "terminate") as action]:
@@ -927,6 +931,48 @@ class SimCloud:
                 self._change_settings(request.body)
                 return json_response(200, self._settings())
         raise not_found(f"admin endpoint {verb} {request.raw_path}")
+
+    def _launch_batch(self, batch: list[bodies.InstanceBody]) -> list[Instance]:
+        """Launch every instance of `batch` (as one call of a cloud that launches many at
+        once, an autoscaler's burst), or none: each is checked first (name given, free and
+        once in the batch, state, addresses). Only the internal address pool running out
+        stops a batch part-way: that 503 says how many were launched."""
+        seen: set[str] = set()
+        for body in batch:
+            what = f"instance {body.name or '(no name)'}"
+            if not body.name:
+                raise bad_request("instance batch: every instance needs a name")
+            if body.name in seen:
+                raise bad_request(f"instance batch: {what} is named twice")
+            seen.add(body.name)
+            if body.state not in ("running", "stopped"):
+                raise bad_request(f"{what}: state {body.state!r} must be running or stopped")
+            taken = self._by_name(body.name)
+            if taken is not None:
+                raise conflict(f"instance name {body.name} is taken by {taken.id} ({taken.state})")
+            self._addresses(body.internal_ips, f"{what}: internal IP")
+            self._addresses(body.external_ips, f"{what}: external IP")
+        launched: list[Instance] = []
+        for body in batch:
+            try:
+                launched.append(
+                    self.add_instance(
+                        body.name,
+                        instance_type=body.instance_type,
+                        zone=body.zone,
+                        internal_ips=body.internal_ips,
+                        external_ips=body.external_ips,
+                        hostname=body.hostname,
+                        state=body.state,
+                    )
+                )
+            except SimApiError as exc:
+                raise SimApiError(
+                    exc.status,
+                    f"instance batch: {len(launched)} of {len(batch)} launched "
+                    f"({', '.join(i.id for i in launched) or 'none'}), then {exc.message}",
+                ) from exc
+        return launched
 
     def _add_fault(self, kind: str, raw: bytes) -> dict[str, JSON]:
         try:
