@@ -828,11 +828,14 @@ async def join_and_push(
     # then wait until the load-balancer calls are quiet (at 5/s they come every 0.2 s).
     await trio.sleep(2.0)
     with trio.fail_after(1800):
-        while True:  # every load balancer told (a call may take seconds at 100,000 Nodes)
+        while True:  # every load balancer told (a call may take seconds at 100,000 Nodes);
+            # a backends call with no answer in time is followed by a whole ensure (PUT),
+            # which carries the node set too: counting only the former waited forever
             told = {
                 c["target"]
                 for c in (await cloud_calls(cloud))[mark:]
-                if c["method"] == "SetLoadBalancerBackends" and c["status"] < 300
+                if c["method"] in ("SetLoadBalancerBackends", "PutLoadBalancer")
+                and c["status"] < 300
             }
             if len(told) >= sizes.lb_services:
                 break
