@@ -574,7 +574,8 @@ async def test_wrong_verb_is_405(client: httpx.AsyncClient) -> None:
 
 
 async def test_load_balancer_lifecycle(cloud: SimCloud, client: httpx.AsyncClient) -> None:
-    """PUT creates (201) then updates (200); backends change; DELETE removes (204, then 404)."""
+    """PUT creates (201) then updates (200); backends change (204, no body); DELETE removes (204,
+    then 404)."""
     path = "/v1/clusters/k/loadbalancers/lb1"
     with trio.fail_after(LIMIT_S):
         created = await client.put(path, json=_lb_body())
@@ -584,7 +585,8 @@ async def test_load_balancer_lifecycle(cloud: SimCloud, client: httpx.AsyncClien
         other_cluster = await client.get("/v1/clusters/j/loadbalancers/lb1")
         deleted = await client.delete(path)
         again = await client.delete(path)
-    assert (created.status_code, updated.status_code, backends.status_code) == (201, 200, 200)
+    assert (created.status_code, updated.status_code, backends.status_code) == (201, 200, 204)
+    assert backends.content == b""
     assert created.json() == {
         "name": "lb1",
         "cluster": "k",
@@ -599,11 +601,33 @@ async def test_load_balancer_lifecycle(cloud: SimCloud, client: httpx.AsyncClien
         "ingress": [{"ip": "203.0.113.1", "hostname": ""}],
     }
     assert updated.json()["nodes"] == ["n3"]
-    assert backends.json()["nodes"] == ["n8", "n9"]
     assert [lb["name"] for lb in listed["loadBalancers"]] == ["lb1"]
+    assert listed["loadBalancers"][0]["nodes"] == ["n8", "n9"]  # sorted, each once
     assert other_cluster.status_code == 404
     assert (deleted.status_code, again.status_code) == (204, 404)
     assert cloud.load_balancers() == []
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        pytest.param(["a", "b", "c"], ["a", "b", "c"], id="sorted"),
+        pytest.param(["a", "b", "b", "c"], ["a", "b", "c"], id="sorted-with-a-repeat"),
+        pytest.param(["c", "a", "c"], ["a", "c"], id="unsorted-with-a-repeat"),
+        pytest.param([], [], id="none"),
+    ],
+)
+async def test_backends_are_kept_sorted_each_once(
+    cloud: SimCloud, client: httpx.AsyncClient, sent: list[str], kept: list[str]
+) -> None:
+    """A backends update keeps the names sorted and each once, however they were sent."""
+    path = "/v1/clusters/k/loadbalancers/lb1"
+    with trio.fail_after(LIMIT_S):
+        await client.put(path, json=_lb_body())
+        answer = await client.put(f"{path}/backends", json={"nodes": sent})
+        got = (await client.get(path)).json()
+    assert answer.status_code == 204
+    assert got["nodes"] == kept
 
 
 async def test_load_balancer_addresses_and_hostnames() -> None:

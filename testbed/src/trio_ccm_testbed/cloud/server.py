@@ -9,9 +9,7 @@ cloud) the clock reads minus infinity: changes made there are visible at once.
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import math
-import operator
 import random
 import time
 from collections import Counter
@@ -95,9 +93,11 @@ class _Endpoint:
 
 
 def _sorted_unique(names: list[str]) -> tuple[str, ...]:
-    """`names` sorted, each once; a list already strictly increasing (as a CCM's sorted node
-    set is) is taken as it is: sorting 100,000 names from a set cost 0.2 s per call."""
-    if all(map(operator.lt, names, itertools.islice(names, 1, None))):
+    """`names` sorted, each once; a list already sorted and without repeats (as a CCM's
+    node set is) is taken as it is: sorting 100,000 names from a set cost 0.2 s per call,
+    and checking them pairwise in Python 19 ms, where a sort of sorted names is 1 ms and
+    a set of them 10 ms."""
+    if sorted(names) == names and len(set(names)) == len(names):
         return tuple(names)
     return tuple(sorted(set(names)))
 
@@ -794,7 +794,10 @@ class SimCloud:
         lb = replace(lb, nodes=_sorted_unique(body.nodes))
         self._load_balancers[name] = lb
         self._lb_changed()
-        return json_response(200, lb.to_json(now))
+        # No body (as Octavia's batch member update): an answer echoing the load balancer
+        # repeated every name it was sent, 100,000 of them at that size, encoded here and
+        # read by the CCM, 250 times a node-set pass. GET reads the load balancer.
+        return Response(204)
 
     def _delete_lb(self, cluster: str, name: str) -> Response:
         self._lb_of(cluster, name)
