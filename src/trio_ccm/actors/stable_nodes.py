@@ -207,8 +207,9 @@ class StableNodes:
         return self.backends
 
     def let_go(self) -> None:
-        """Forget the views (the next ask builds them anew from the cache)."""
-        self.backends = self.built_order = None
+        """Forget the views and their order (the next ask builds them anew from the cache,
+        sorted again)."""
+        self.backends = self.built_order = self.order = None
         self.changed = set()  # a set never gives its table back
         self.stale = False
 

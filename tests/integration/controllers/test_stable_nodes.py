@@ -74,7 +74,8 @@ async def test_views_are_let_go_when_nobody_asks_and_built_anew_from_the_cache(
             await trio.sleep(VIEWS_KEPT_S - 1)
             assert stable.backends is first  # asked 29 s ago: kept
             await trio.sleep(2)
-            assert stable.backends is None  # let go
+            assert stable.backends is None  # let go, and the order with them
+            assert stable.order is None
             await kube.patch(NODES, "n2", set_labels({"team": "blue"}))
             await trio.sleep(2)  # the change is noted
             again = await stable.current()
