@@ -49,6 +49,7 @@ async def stable_nodes(
             async with informer.subscription() as mailbox:
                 await stable.load()
                 nursery.start_soon(stable.serve, mailbox, lambda b: moves.append(b))
+                await trio.sleep(1)  # the subscription's first fill noted
                 yield stable, moves, kube
             nursery.cancel_scope.cancel()
 
