@@ -80,11 +80,11 @@ _LEGACY_LABELS: Final = (
     (LABEL_REGION_LEGACY, LABEL_REGION),
     (LABEL_INSTANCE_TYPE_LEGACY, LABEL_INSTANCE_TYPE),
 )
-# The most Node actors that look up at once with a bulk lookup: two default batches (200).
+# The most Node actors that look up at once with a bulk lookup (then wait for a write slot).
 # Each holds short-lived objects (its coroutines, a batch entry, its part of an answer) among
 # the long-lived ones; 2,000 at once (twice `--cloud-batch-size=1000`) left pymalloc holding
 # 43 MB of emptied arenas after a 5,000-Node wave, 400 a few MB (docs/benchmarks.md).
-WAVE_LOOKUPS_CAP: Final = 400
+WAVE_LOOKUPS_CAP: Final = 100
 # Upstream's buckets (ExponentialBuckets(1, 4, 6)), so existing dashboards keep working.
 _DELAY_BUCKETS: Final = (1, 4, 16, 64, 256, 1024)
 

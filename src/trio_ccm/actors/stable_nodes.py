@@ -16,9 +16,13 @@ is always published in the end, and so is the published set again when a load ba
 given another one in between (`current()` while the set was moving).
 
 The set is kept as a digest (`NodeSet`) updated per Node change (a sum of per-Node hashes,
-so neither a sort nor a pass over every Node); the views are sorted (by name, the order
-cached until a Node comes or goes) only when a load balancer asks for them after a change
-of a view, at most once a second (`current()`).
+so neither a sort nor a pass over every Node); per stable Node only its provider ID is kept.
+**The views are built when a load balancer asks** (`current()`), sorted by name (the order
+cached until a Node comes or goes), at most once a second, again only for the Nodes noted
+since (the others' views are the last build's), and **let go** once no load balancer has
+asked for `VIEWS_KEPT_S` and no move is going: a settled cluster holds no view (at 100,000
+Nodes they were 9 MB, 88 bytes a Node, kept for good); the next ask builds them anew from
+the cache.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ NODE_SYNC_MAX_WAIT_S: Final = 10.0  # ... unless it keeps changing for this long
 NODE_SYNC_PASS_WAIT_S: Final = 120.0  # the longest a pass is waited for (a Service in backoff)
 NODE_SYNC_PASS_GAP: Final = 1.0  # the pause after a pass, in units of the pass's duration
 VIEWS_MAX_AGE_S: Final = 1.0  # the views are rebuilt at most this often
+VIEWS_KEPT_S: Final = 30.0  # ... and let go this long after the last ask, when no move is going
 
 _DIGEST_BYTES: Final = 32
 _MODULUS: Final = 1 << (8 * _DIGEST_BYTES)
@@ -57,9 +62,9 @@ pairs (32 bytes, where a set of the pairs took 160 bytes per Node): the sum, mod
 2**256, of one 256-bit hash per pair, so that one Node's change updates it at once."""
 
 
-def _member(info: NodeInfo) -> int:
+def _member(name: str, provider_id: str) -> int:
     """One (name, provider ID) pair's share of the digest."""
-    digest = hashlib.blake2b(f"{info.name}\t{info.provider_id}".encode(), digest_size=32)
+    digest = hashlib.blake2b(f"{name}\t{provider_id}".encode(), digest_size=32)
     return int.from_bytes(digest.digest(), "big")
 
 
@@ -69,7 +74,7 @@ def _as_set(total: int) -> NodeSet:
 
 def node_set(infos: Iterable[NodeInfo]) -> NodeSet:
     """The digest of the (name, provider ID) pairs of `infos` (in any order)."""
-    return _as_set(sum(map(_member, infos)) % _MODULUS)
+    return _as_set(sum(_member(info.name, info.provider_id) for info in infos) % _MODULUS)
 
 
 def stable_node(node: Node) -> bool:
@@ -105,25 +110,29 @@ class StableNodes:
 
     def __init__(self, nodes: Informer[Node]) -> None:
         self.nodes = nodes
-        self.infos: dict[str, NodeInfo] = {}  # stable Node -> its view, kept by `noted`
+        self.ids: dict[str, str] = {}  # stable Node -> its provider ID, kept by `noted`
         self.total = 0  # the digest's sum, kept by `noted`
         self.order: list[str] | None = []  # the names, sorted; None: to sort again
-        self.stale = False  # a stable Node's view changed since `backends` was built
-        self.backends = Backends(node_set(()), ())  # `load` reads the Nodes
-        self.published = self.backends.node_set  # the set of the last move published
+        self.backends: Backends | None = None  # the last views built; None: let go
+        self.built_order: list[str] | None = None  # the `order` they were built in
+        self.changed: set[str] = set()  # Nodes noted since they were built
+        self.stale = False  # a Node was noted since they were built
+        self.built_at = -math.inf  # when they were built
+        self.asked_at = -math.inf  # when a load balancer last asked (`current()`)
+        self.building = trio.Lock()
+        self.published = node_set(())  # the set of the last move published
         self.strayed = False  # `current()` gave out another set since
-        self.built_at = -math.inf  # when `backends` was built
 
     async def load(self) -> None:
-        """A term's first views: every stable Node in the cache (paced: at 100,000 Nodes
-        this is a second of work, which must not hold up other tasks)."""
+        """A term's first set: every stable Node in the cache (paced: at 100,000 Nodes
+        this is a second of work, which must not hold up other tasks). No view is built
+        until a load balancer asks."""
         paced = Paced()
         for node in self.nodes.items():  # a copy: the cache may change as we yield
             await paced.step()
             if stable_node(node):
-                self.put(node.metadata.name, node_info(node))
-        await self.refresh()
-        self.published, self.strayed = self.backends.node_set, False
+                self.put(node.metadata.name, node.spec.provider_id)
+        self.published, self.strayed = self.node_set, False
 
     @property
     def node_set(self) -> NodeSet:
@@ -131,61 +140,127 @@ class StableNodes:
         return _as_set(self.total)
 
     async def current(self) -> Backends:
-        """The backends, their views rebuilt first if a Node's view changed meanwhile, at
-        most once per `VIEWS_MAX_AGE_S`: the load balancers synced within it share their
+        """The backends: the views built (or rebuilt, if a Node was noted meanwhile, at
+        most once per `VIEWS_MAX_AGE_S`): the load balancers synced within it share their
         views (as upstream computes the hosts once per pass; in a wave, where every Node
         initialised changes its view, a rebuild per load balancer was 250 copies of
         100,000 views). A set that moved since is published after (`strayed`, `serve`)."""
-        if self.stale and trio.current_time() - self.built_at >= VIEWS_MAX_AGE_S:
-            await self.refresh()
-        return self.backends
+        self.asked_at = trio.current_time()
+        if not self.outdated():
+            assert self.backends is not None
+            return self.backends
+        async with self.building:  # one build at a time: each takes the `changed` before it
+            if self.outdated() or self.backends is None:
+                return await self.build()
+            return self.backends
+
+    def outdated(self) -> bool:
+        """Whether the views are to be built (again) when asked now."""
+        return self.backends is None or (
+            self.stale and trio.current_time() - self.built_at >= VIEWS_MAX_AGE_S
+        )
 
     async def refresh(self) -> Backends:
-        """The backends from the views `noted` keeps (every change of a Node's view
-        reaches it: the informer delivers all but bare resourceVersion moves)."""
+        """The backends built now (a move to publish)."""
+        async with self.building:
+            return await self.build()
+
+    async def build(self) -> Backends:
+        """The backends, their views built from the cache: anew for the Nodes noted since
+        the last build (every change of a Node's view reaches `noted`: the informer
+        delivers all but bare resourceVersion moves), the last build's for the others.
+        Only under `building`."""
         if self.order is None:
-            self.order = sorted(self.infos)
+            self.order = sorted(self.ids)
             await trio.lowlevel.checkpoint()
-        infos = self.infos
-        views = tuple([infos[name] for name in self.order])
-        await trio.lowlevel.checkpoint()
-        self.stale = False
+        order, previous, built_order = self.order, self.backends, self.built_order
+        changed, self.changed = self.changed, set()
+        nodes = self.node_set  # the set the views are built for
+        # The last build's views, by position when no Node came or went since, else by name.
+        by_name: dict[str, NodeInfo] = {}
+        aligned: tuple[NodeInfo, ...] = ()
+        if previous is not None and built_order is order:
+            aligned = previous.infos
+        elif previous is not None:
+            by_name = {info.name: info for info in previous.infos}
+        views: list[NodeInfo] = []
+        skipped = False
+        paced = Paced()
+        for i, name in enumerate(order):
+            view = None
+            if name not in changed:
+                view = aligned[i] if aligned else by_name.get(name)
+            if view is None:
+                node = self.nodes.get(name)
+                if node is None:  # gone meanwhile: its Gone, still to be noted, moves the set
+                    skipped = True
+                    continue
+                view = node_info(node)
+            views.append(view)
+            await paced.step()  # what is noted meanwhile is in `changed`, for the next build
+        self.backends = Backends(nodes, tuple(views))
+        self.built_order = None if skipped else order  # positions hold only without a gap
         self.built_at = trio.current_time()
-        self.backends = Backends(self.node_set, views)
-        if self.backends.node_set != self.published:
+        self.stale = bool(self.changed)
+        if nodes != self.published:
             self.strayed = True
         return self.backends
 
-    def put(self, name: str, view: NodeInfo) -> None:
-        """Node `name` is a backend, with this view."""
-        old = self.infos.get(name)
+    def let_go(self) -> None:
+        """Forget the views and their order (the next ask builds them anew from the cache,
+        sorted again)."""
+        self.backends = self.built_order = self.order = None
+        self.changed = set()  # a set never gives its table back
+        self.stale = False
+
+    def put(self, name: str, provider_id: str) -> None:
+        """Node `name` is a backend, with this provider ID."""
+        old = self.ids.get(name)
         if old is None:
             self.order = None
-        elif old.provider_id != view.provider_id:
-            self.total -= _member(old)
-        if old is None or old.provider_id != view.provider_id:
-            self.total = (self.total + _member(view)) % _MODULUS
-        self.infos[name] = view
-        self.stale = True
+        else:
+            self.total -= _member(name, old)
+        self.total = (self.total + _member(name, provider_id)) % _MODULUS
+        self.ids[name] = provider_id
 
     def noted(self, name: str) -> bool:
-        """Bring Node `name`'s view up to date; whether the node set (its names and
-        provider IDs) changed. A change of a view alone only marks the backends stale."""
+        """Note a change of Node `name` (its view is built anew at the next build);
+        whether the node set (its names and provider IDs) changed."""
         node = self.nodes.get(name)
         if node is None or not stable_node(node):
-            old = self.infos.pop(name, None)
+            old = self.ids.pop(name, None)
             if old is None:
                 return False
-            self.total = (self.total - _member(old)) % _MODULUS
+            self.total = (self.total - _member(name, old)) % _MODULUS
             self.order = None
             self.stale = True
             return True
-        view = node_info(node)
-        cached = self.infos.get(name)
-        if cached == view:
+        if self.backends is not None or self.building.locked():  # else all are built anew
+            self.changed.add(name)
+        self.stale = True
+        provider_id = node.spec.provider_id
+        if self.ids.get(name) == provider_id:
             return False
-        self.put(name, view)
-        return cached is None or cached.provider_id != view.provider_id
+        self.put(name, provider_id)
+        return True
+
+    async def idle_get(self, mailbox: Mailbox[str, Update[Node]]) -> None:
+        """Wait for the next change in `mailbox` (take it and note it); meanwhile let the
+        views go once no load balancer has asked for them for `VIEWS_KEPT_S`."""
+        while True:
+            if self.backends is None:
+                wake_at = trio.current_time() + VIEWS_KEPT_S  # to look again: built meanwhile?
+            else:
+                wake_at = max(self.asked_at, self.built_at) + VIEWS_KEPT_S
+                if trio.current_time() >= wake_at:
+                    if not self.building.locked():
+                        self.let_go()
+                        continue
+                    wake_at = trio.current_time() + VIEWS_MAX_AGE_S  # after the build, again
+            with trio.move_on_at(wake_at):
+                key, _ = await mailbox.get()
+                self.noted(key)
+                return
 
     async def drain(self, mailbox: Mailbox[str, Update[Node]], paced: Paced) -> bool:
         """Note every change waiting in `mailbox`; whether the set changed."""
@@ -204,8 +279,7 @@ class StableNodes:
         paced = Paced()  # a subscription starts with every Node: 100,000 of them, say
         while True:
             if not self.moving():
-                key, _ = await mailbox.get()
-                self.noted(key)
+                await self.idle_get(mailbox)
                 await self.drain(mailbox, paced)  # already in the cache too: the set now
                 if not self.moving():
                     continue
