@@ -39,6 +39,7 @@ from trio_ccm.kube.errors import (
 from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.kube.objects import Object, ObjectList, Resource, Status, Watched, WatchEvent
 from trio_ccm.kube.patches import JSONValue, Patch
+from trio_ccm.kube.pool import lean_transport
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -58,6 +59,10 @@ DEFAULT_BURST = 30
 _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 5.0
 _RETRY_AFTER_CAP_S = 60.0
+MAX_CONNECTIONS = 100
+"""Connections one client keeps open at most (httpx's default), all of them kept alive
+when idle: httpx keeps 20, and a client with more writes in flight than that connected
+again for most of them (`kube/pool.py`)."""
 AWAKE_S = 0.005
 """A resting watch reader reads at least this long after a rest before it rests again:
 time to take the chunks its last read buffered (`watch_batches_as`'s `rest_s`)."""
@@ -174,10 +179,20 @@ class KubeClient:
             if self._http is not None:
                 await self._http.aclose()
             context = self.config.ssl_context(identity)
+            verify: ssl.SSLContext | bool = context if context is not None else True
             self._http = httpx.AsyncClient(
                 base_url=self.config.server,
-                transport=self._transport,
-                verify=context if context is not None else True,
+                transport=self._transport
+                or lean_transport(
+                    verify=verify,
+                    http1=True,
+                    http2=False,
+                    limits=httpx.Limits(
+                        max_connections=MAX_CONNECTIONS,
+                        max_keepalive_connections=MAX_CONNECTIONS,
+                    ),
+                ),
+                verify=verify,
                 http1=True,
                 http2=False,
                 timeout=httpx.Timeout(60.0, connect=15.0),
@@ -233,7 +248,7 @@ class KubeClient:
                 timeout=httpx.Timeout(60.0, connect=15.0, read=None) if stream else None,
             )
             try:
-                response = await http.send(built, stream=stream)
+                response = await _send(http, built, stream=stream)
             except httpx.TransportError as exc:
                 unreachable = KubeConnectionError(
                     f"{method} {path}: {explain_connection_error(self.config, exc)}"
@@ -657,6 +672,24 @@ class KubeClient:
         if preconditions:
             body["preconditions"] = dict(preconditions)
         await self._write("DELETE", resource.path(namespace, name), body, "application/json")
+
+
+async def _send(http: httpx.AsyncClient, request: httpx.Request, *, stream: bool) -> httpx.Response:
+    """`http.send(request, stream=stream)` without the layers a kube client never uses:
+    its cookie jar (the API server sets no cookies: httpx parsed every answer's headers for
+    them), its auth flow (the token is the header `request` carries) and its redirects (not
+    followed: the same as httpx's default). The transport is the one httpx would take for
+    the URL (a proxy from the environment included); the body of an answer not streamed is
+    read here, and the answer closed if reading fails, as httpx does."""
+    response = await http._transport_for_url(request.url).handle_async_request(request)
+    response.request = request
+    if not stream:
+        try:
+            await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+    return response
 
 
 async def _each(batches: AsyncGenerator[list[E], None]) -> AsyncGenerator[E, None]:
