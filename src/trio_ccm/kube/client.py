@@ -161,6 +161,9 @@ class KubeClient:
         self._identity: ClientIdentity | None = None
         self._host = urlsplit(config.server).netloc
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+        # A metric's child per label values (this client's host last): prometheus_client
+        # checks and looks the values up on every `labels()`, three times a request.
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -231,7 +234,7 @@ class KubeClient:
         while True:
             waited = await self._bucket.acquire()
             if self.metrics is not None:
-                self.metrics.rate_limiter.labels(method, self._host).observe(waited)
+                self._labelled(self.metrics.rate_limiter, method).observe(waited)
             http, identity = await self._client()
             headers = {}
             if identity.token:
@@ -261,10 +264,8 @@ class KubeClient:
                 raise unreachable from exc
             if self.metrics is not None:
                 code = str(response.status_code)
-                self.metrics.requests.labels(code, method, self._host).inc()
-                self.metrics.duration.labels(method, self._host).observe(
-                    trio.current_time() - started
-                )
+                self._labelled(self.metrics.requests, code, method).inc()
+                self._labelled(self.metrics.duration, method).observe(trio.current_time() - started)
             if response.status_code < 400:
                 return response
             body = await response.aread()
@@ -285,9 +286,17 @@ class KubeClient:
                 continue
             raise error
 
+    def _labelled(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values, host)`, looked up once per metric and values."""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values, self._host)
+        return child
+
     def _count_retry(self, code: str, verb: str) -> None:
         if self.metrics is not None:
-            self.metrics.retries.labels(code, verb, self._host).inc()
+            self._labelled(self.metrics.retries, code, verb).inc()
 
     @staticmethod
     def _backoff(attempt: int) -> float:

@@ -9,7 +9,8 @@ to two requests, one of which then goes round again). With a few dozen writes in
 (a Node wave at a raised `--concurrent-node-syncs`) that was 8 % of the CCM's CPU
 (docs/benchmarks.md, the 100,000-Node wave).
 
-`LeanPool.assign` keeps httpcore's rules and does one pass:
+`LeanPool.assign` keeps httpcore's rules and does one pass (none when a request came back,
+none waits and no idle connection can be surplus):
 
 - a closed connection is dropped; an idle connection is handed out only after its own
   expiry check (its keep-alive time, and whether the server closed it: one `poll`, of the
@@ -43,6 +44,12 @@ class LeanPool(httpcore.AsyncConnectionPool):
     def assign(self) -> list[Any]:
         """Assign queued requests to connections; the connections to close (httpcore's
         `_assign_requests_to_connections` contract)."""
+        queued = [r for r in self._requests if r.connection is None]
+        if not queued and len(self._connections) <= self._max_keepalive_connections:
+            # A request came back and none waits: nothing to assign, and no surplus of idle
+            # connections is possible (a closed one is dropped by the next pass that
+            # assigns).
+            return []
         closing: list[Any] = []
         kept: list[Any] = []
         idle: list[Any] = []
@@ -55,9 +62,7 @@ class LeanPool(httpcore.AsyncConnectionPool):
             if connection.is_idle() and id(connection) not in promised:
                 idle.append(connection)
         taken: set[int] = set()
-        for pool_request in self._requests:
-            if not pool_request.is_queued():
-                continue
+        for pool_request in queued:
             origin = pool_request.request.url.origin
             chosen = None
             for connection in idle:
@@ -90,6 +95,12 @@ class LeanPool(httpcore.AsyncConnectionPool):
             kept = [c for c in kept if id(c) not in gone]
         self._connections = kept
         return closing
+
+    async def _close_connections(self, closing: list[Any]) -> None:
+        # httpcore enters a shielded cancel scope first, also when there is nothing to close
+        # (after every request).
+        if closing:
+            await super()._close_connections(closing)
 
 
 def lean_transport(**kwargs: Any) -> httpx.AsyncHTTPTransport:

@@ -163,6 +163,28 @@ async def test_token_bucket_paces_requests(
     assert histogram._sum.get() == pytest.approx(0.6)
 
 
+async def test_request_metrics_count_each_request_by_code_and_verb(
+    server: ApiServer, kube: KubeClient, metrics: ClientMetrics
+) -> None:
+    """Every request is counted under its code and verb, and timed under its verb."""
+    await kube.create(NODES, _node("n1"))
+    with trio.fail_after(60):
+        for _ in range(3):
+            await kube.get(NODES, "n1")
+        with pytest.raises(NotFoundError):
+            await kube.get(NODES, "absent")
+    assert metrics.requests.labels("200", "GET", "emulator")._value.get() == 3
+    assert metrics.requests.labels("404", "GET", "emulator")._value.get() == 1
+    assert metrics.requests.labels("201", "POST", "emulator")._value.get() == 1
+    timed = {
+        sample.labels["verb"]: sample.value
+        for family in metrics.duration.collect()
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+    assert timed == {"GET": 4, "POST": 1}
+
+
 class _Recorder(httpx.AsyncBaseTransport):
     """Passes requests on to the emulator and remembers their headers."""
 
