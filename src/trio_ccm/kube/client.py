@@ -17,7 +17,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast, overload
+from typing import Any, Final, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httpx
@@ -63,6 +63,10 @@ MAX_CONNECTIONS = 100
 """Connections one client keeps open at most (httpx's default), all of them kept alive
 when idle: httpx keeps 20, and a client with more writes in flight than that connected
 again for most of them (`kube/pool.py`)."""
+_NO_TIMEOUT: Final = httpx.Timeout(None).as_dict()
+"""A request's timeouts: none (as before, and as client-go's default `rest.Config.Timeout`)."""
+_STREAM_TIMEOUT: Final = httpx.Timeout(60.0, connect=15.0, read=None).as_dict()
+"""A watch's: no bound on reading (the stream is long), 60 s on the rest, 15 s to connect."""
 AWAKE_S = 0.005
 """A resting watch reader reads at least this long after a rest before it rests again:
 time to take the chunks its last read buffered (`watch_batches_as`'s `rest_s`)."""
@@ -160,6 +164,8 @@ class KubeClient:
         self._http: httpx.AsyncClient | None = None
         self._identity: ClientIdentity | None = None
         self._host = urlsplit(config.server).netloc
+        self._base = config.server.rstrip("/")  # a path is joined to it as httpx joins one
+        self._sent_headers: dict[str, str] = {}
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
         # A metric's child per label values (this client's host last): prometheus_client
         # checks and looks the values up on every `labels()`, three times a request.
@@ -201,6 +207,9 @@ class KubeClient:
                 timeout=httpx.Timeout(60.0, connect=15.0),
                 headers={"User-Agent": self.user_agent, "Accept": "application/json"},
             )
+            # The headers httpx sends with every request of this client (its defaults and
+            # ours), for `request` to build requests without `build_request`.
+            self._sent_headers = dict(self._http.headers)
         self._identity = identity
         return self._http, identity
 
@@ -242,13 +251,14 @@ class KubeClient:
             if content_type:
                 headers["Content-Type"] = content_type
             started = trio.current_time()
-            built = http.build_request(
+            built = httpx.Request(
                 method,
-                path,
-                params=params,
+                # One parse of the whole URL; httpx's `build_request` parses the path, joins
+                # it to the base URL and parses again, and merges cookies, params, headers.
+                httpx.URL(self._base + path, params=params) if params else self._base + path,
                 content=content,
-                headers=headers,
-                timeout=httpx.Timeout(60.0, connect=15.0, read=None) if stream else None,
+                headers={**self._sent_headers, **headers},
+                extensions={"timeout": _STREAM_TIMEOUT if stream else _NO_TIMEOUT},
             )
             try:
                 response = await _send(http, built, stream=stream)
