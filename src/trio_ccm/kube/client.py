@@ -17,7 +17,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar, cast, overload
+from typing import Any, Final, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httpx
@@ -39,6 +39,7 @@ from trio_ccm.kube.errors import (
 from trio_ccm.kube.metrics import ClientMetrics
 from trio_ccm.kube.objects import Object, ObjectList, Resource, Status, Watched, WatchEvent
 from trio_ccm.kube.patches import JSONValue, Patch
+from trio_ccm.kube.pool import lean_transport
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -58,6 +59,14 @@ DEFAULT_BURST = 30
 _BACKOFF_BASE_S = 0.2
 _BACKOFF_CAP_S = 5.0
 _RETRY_AFTER_CAP_S = 60.0
+MAX_CONNECTIONS = 100
+"""Connections one client keeps open at most (httpx's default), all of them kept alive
+when idle: httpx keeps 20, and a client with more writes in flight than that connected
+again for most of them (`kube/pool.py`)."""
+_NO_TIMEOUT: Final = httpx.Timeout(None).as_dict()
+"""A request's timeouts: none (as before, and as client-go's default `rest.Config.Timeout`)."""
+_STREAM_TIMEOUT: Final = httpx.Timeout(60.0, connect=15.0, read=None).as_dict()
+"""A watch's: no bound on reading (the stream is long), 60 s on the rest, 15 s to connect."""
 AWAKE_S = 0.005
 """A resting watch reader reads at least this long after a rest before it rests again:
 time to take the chunks its last read buffered (`watch_batches_as`'s `rest_s`)."""
@@ -155,7 +164,12 @@ class KubeClient:
         self._http: httpx.AsyncClient | None = None
         self._identity: ClientIdentity | None = None
         self._host = urlsplit(config.server).netloc
+        self._base = config.server.rstrip("/")  # a path is joined to it as httpx joins one
+        self._sent_headers: dict[str, str] = {}
         self._decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+        # A metric's child per label values (this client's host last): prometheus_client
+        # checks and looks the values up on every `labels()`, three times a request.
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -174,15 +188,28 @@ class KubeClient:
             if self._http is not None:
                 await self._http.aclose()
             context = self.config.ssl_context(identity)
+            verify: ssl.SSLContext | bool = context if context is not None else True
             self._http = httpx.AsyncClient(
                 base_url=self.config.server,
-                transport=self._transport,
-                verify=context if context is not None else True,
+                transport=self._transport
+                or lean_transport(
+                    verify=verify,
+                    http1=True,
+                    http2=False,
+                    limits=httpx.Limits(
+                        max_connections=MAX_CONNECTIONS,
+                        max_keepalive_connections=MAX_CONNECTIONS,
+                    ),
+                ),
+                verify=verify,
                 http1=True,
                 http2=False,
                 timeout=httpx.Timeout(60.0, connect=15.0),
                 headers={"User-Agent": self.user_agent, "Accept": "application/json"},
             )
+            # The headers httpx sends with every request of this client (its defaults and
+            # ours), for `request` to build requests without `build_request`.
+            self._sent_headers = dict(self._http.headers)
         self._identity = identity
         return self._http, identity
 
@@ -216,7 +243,7 @@ class KubeClient:
         while True:
             waited = await self._bucket.acquire()
             if self.metrics is not None:
-                self.metrics.rate_limiter.labels(method, self._host).observe(waited)
+                self._labelled(self.metrics.rate_limiter, method).observe(waited)
             http, identity = await self._client()
             headers = {}
             if identity.token:
@@ -224,16 +251,17 @@ class KubeClient:
             if content_type:
                 headers["Content-Type"] = content_type
             started = trio.current_time()
-            built = http.build_request(
+            built = httpx.Request(
                 method,
-                path,
-                params=params,
+                # One parse of the whole URL; httpx's `build_request` parses the path, joins
+                # it to the base URL and parses again, and merges cookies, params, headers.
+                httpx.URL(self._base + path, params=params) if params else self._base + path,
                 content=content,
-                headers=headers,
-                timeout=httpx.Timeout(60.0, connect=15.0, read=None) if stream else None,
+                headers={**self._sent_headers, **headers},
+                extensions={"timeout": _STREAM_TIMEOUT if stream else _NO_TIMEOUT},
             )
             try:
-                response = await http.send(built, stream=stream)
+                response = await _send(http, built, stream=stream)
             except httpx.TransportError as exc:
                 unreachable = KubeConnectionError(
                     f"{method} {path}: {explain_connection_error(self.config, exc)}"
@@ -246,10 +274,8 @@ class KubeClient:
                 raise unreachable from exc
             if self.metrics is not None:
                 code = str(response.status_code)
-                self.metrics.requests.labels(code, method, self._host).inc()
-                self.metrics.duration.labels(method, self._host).observe(
-                    trio.current_time() - started
-                )
+                self._labelled(self.metrics.requests, code, method).inc()
+                self._labelled(self.metrics.duration, method).observe(trio.current_time() - started)
             if response.status_code < 400:
                 return response
             body = await response.aread()
@@ -270,9 +296,17 @@ class KubeClient:
                 continue
             raise error
 
+    def _labelled(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values, host)`, looked up once per metric and values."""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values, self._host)
+        return child
+
     def _count_retry(self, code: str, verb: str) -> None:
         if self.metrics is not None:
-            self.metrics.retries.labels(code, verb, self._host).inc()
+            self._labelled(self.metrics.retries, code, verb).inc()
 
     @staticmethod
     def _backoff(attempt: int) -> float:
@@ -657,6 +691,24 @@ class KubeClient:
         if preconditions:
             body["preconditions"] = dict(preconditions)
         await self._write("DELETE", resource.path(namespace, name), body, "application/json")
+
+
+async def _send(http: httpx.AsyncClient, request: httpx.Request, *, stream: bool) -> httpx.Response:
+    """`http.send(request, stream=stream)` without the layers a kube client never uses:
+    its cookie jar (the API server sets no cookies: httpx parsed every answer's headers for
+    them), its auth flow (the token is the header `request` carries) and its redirects (not
+    followed: the same as httpx's default). The transport is the one httpx would take for
+    the URL (a proxy from the environment included); the body of an answer not streamed is
+    read here, and the answer closed if reading fails, as httpx does."""
+    response = await http._transport_for_url(request.url).handle_async_request(request)
+    response.request = request
+    if not stream:
+        try:
+            await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+    return response
 
 
 async def _each(batches: AsyncGenerator[list[E], None]) -> AsyncGenerator[E, None]:

@@ -10,6 +10,7 @@ import trio
 
 from trio_ccm.cloud.provider import NodeInfo, Route, ServiceInfo, ServicePort
 from trio_ccm.cloud.sim import SimCloudError, SimInstances, from_config
+from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers
 from trio_ccm.health import bind_socket
 from trio_ccm_testbed.cloud import Listening, SimCloud, cloud_config, serve_sim_cloud
 
@@ -89,3 +90,46 @@ async def test_unreachable_cloud_fails_initialize() -> None:
     assert f"sim cloud at http://127.0.0.1:{port} is not usable" in message
     assert "no answer from" in message
     assert caught.value.status is None
+
+
+async def test_a_node_set_is_encoded_once_for_the_load_balancers_given_it(
+    nursery: trio.Nursery,
+) -> None:
+    """Load balancers given one tuple of views share one encoding of its names; another
+    tuple, or a list changed in place, sends its own names."""
+    cloud = SimCloud(seed=2)
+    listening: Listening = await nursery.start(functools.partial(serve_sim_cloud, cloud))
+    provider = from_config(cloud_config(listening.url, replica="ccm-http"))
+    lbs = provider.load_balancers
+    assert isinstance(lbs, SimLoadBalancers)
+    services = [
+        ServiceInfo(
+            "default", f"web{i}", f"uid-{i}", ports=(ServicePort("http", "TCP", 80, 30080),)
+        )
+        for i in range(3)
+    ]
+    first = tuple(NodeInfo(name=f"node-{i}") for i in range(3))
+    second = (*first[:2], NodeInfo(name="node-9"))
+    changing = list(first)
+
+    def backends(service: ServiceInfo) -> tuple[str, ...]:
+        found = cloud.load_balancer(lbs.load_balancer_name("k", service))
+        assert found is not None
+        return found.nodes
+
+    with trio.fail_after(LIMIT_S):
+        await provider.initialize()
+        for service in services:
+            await lbs.ensure_load_balancer("k", service, first)
+        shared = lbs.names.encodings
+        assert [backends(s) for s in services] == [("node-0", "node-1", "node-2")] * 3
+        for service in services:
+            await lbs.update_load_balancer("k", service, second)
+        assert [backends(s) for s in services] == [("node-0", "node-1", "node-9")] * 3
+        await lbs.update_load_balancer("k", services[0], changing)
+        changing[0] = NodeInfo(name="node-5")
+        await lbs.update_load_balancer("k", services[0], changing)
+        assert backends(services[0]) == ("node-1", "node-2", "node-5")
+        await provider.aclose()
+    assert shared == 1
+    assert lbs.names.encodings == 4  # first, second, and the list twice

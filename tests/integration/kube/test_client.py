@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -13,7 +14,7 @@ import trio.testing
 
 from trio_ccm.kube import patches
 from trio_ccm.kube.client import KubeClient, open_kube_client
-from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials
+from trio_ccm.kube.config import ClientIdentity, ConnectionConfig, Credentials, StaticCredentials
 from trio_ccm.kube.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -163,15 +164,39 @@ async def test_token_bucket_paces_requests(
     assert histogram._sum.get() == pytest.approx(0.6)
 
 
+async def test_request_metrics_count_each_request_by_code_and_verb(
+    server: ApiServer, kube: KubeClient, metrics: ClientMetrics
+) -> None:
+    """Every request is counted under its code and verb, and timed under its verb."""
+    await kube.create(NODES, _node("n1"))
+    with trio.fail_after(60):
+        for _ in range(3):
+            await kube.get(NODES, "n1")
+        with pytest.raises(NotFoundError):
+            await kube.get(NODES, "absent")
+    assert metrics.requests.labels("200", "GET", "emulator")._value.get() == 3
+    assert metrics.requests.labels("404", "GET", "emulator")._value.get() == 1
+    assert metrics.requests.labels("201", "POST", "emulator")._value.get() == 1
+    timed = {
+        sample.labels["verb"]: sample.value
+        for family in metrics.duration.collect()
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+    assert timed == {"GET": 4, "POST": 1}
+
+
 class _Recorder(httpx.AsyncBaseTransport):
     """Passes requests on to the emulator and remembers their headers."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
         self.headers: list[httpx.Headers] = []
+        self.urls: list[httpx.URL] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.headers.append(request.headers)
+        self.urls.append(request.url)
         return await self.inner.handle_async_request(request)
 
 
@@ -186,6 +211,34 @@ class _RotatingToken(Credentials):
 
     def invalidate(self) -> None:
         self.invalidated += 1
+
+
+async def test_requests_carry_the_url_and_headers_httpx_would_build(server: ApiServer) -> None:
+    """A request's URL (base path, query) and headers are those httpx's `build_request`
+    makes for the same call."""
+    recorder = _Recorder(server.transport())
+    config = ConnectionConfig(
+        server="http://emulator/prefix/",
+        credentials=StaticCredentials(token="t"),
+        source="the test",
+    )
+    async with open_kube_client(config, transport=recorder, qps=0, component="c") as client:
+        with trio.fail_after(60), contextlib.suppress(NotFoundError):
+            await client.list(NODES, type=Node, label_selector="a=b", limit=5)
+    reference = httpx.AsyncClient(
+        base_url="http://emulator/prefix/",
+        headers={"User-Agent": client.user_agent, "Accept": "application/json"},
+    )
+    expected = reference.build_request(
+        "GET",
+        "/api/v1/nodes",
+        params={"labelSelector": "a=b", "limit": "5"},
+        headers={"Authorization": "Bearer t"},
+    )
+    await reference.aclose()
+    assert len(recorder.headers) == 1
+    assert recorder.urls == [expected.url]
+    assert list(recorder.headers[0].multi_items()) == list(expected.headers.multi_items())
 
 
 async def test_user_agent_and_refresh_after_401() -> None:

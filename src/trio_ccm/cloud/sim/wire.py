@@ -77,9 +77,11 @@ class PortSpec(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class LoadBalancerSpec(msgspec.Struct, frozen=True, rename="camel"):
+    # `nodes`: the names, or the JSON array of them encoded once (`msgspec.Raw`) and shared
+    # by the load balancers given one node set (`loadbalancers.NameList`).
     service: str
     ports: list[PortSpec]
-    nodes: list[str]
+    nodes: list[str] | msgspec.Raw
     load_balancer_ip: str = msgspec.field(default="", name="loadBalancerIP")
     source_ranges: list[str] = msgspec.field(default_factory=list)
     health_check_node_port: int = 0
@@ -88,7 +90,7 @@ class LoadBalancerSpec(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class BackendsSpec(msgspec.Struct, frozen=True):
-    nodes: list[str]
+    nodes: list[str] | msgspec.Raw
 
 
 class RouteSpec(msgspec.Struct, frozen=True):
