@@ -879,15 +879,7 @@ class SimCloud:
                 return json_response(200, {"instances": found})
             case "POST", ["instances"]:
                 body = bodies.decode(request.body, bodies.InstanceBody, "new instance")
-                instance = self.add_instance(
-                    body.name,
-                    instance_type=body.instance_type,
-                    zone=body.zone,
-                    internal_ips=body.internal_ips,
-                    external_ips=body.external_ips,
-                    hostname=body.hostname,
-                    state=body.state,
-                )
+                instance = self._add_instance(body)
                 return json_response(201, instance.to_json())
             case "POST", ["instance-batches"]:
                 batch = bodies.decode(request.body, bodies.InstanceBatchBody, "instance batch")
@@ -935,6 +927,18 @@ class SimCloud:
                 return json_response(200, self._settings())
         raise not_found(f"admin endpoint {verb} {request.raw_path}")
 
+    def _add_instance(self, body: bodies.InstanceBody) -> Instance:
+        """`add_instance` as an admin API body asks it."""
+        return self.add_instance(
+            body.name,
+            instance_type=body.instance_type,
+            zone=body.zone,
+            internal_ips=body.internal_ips,
+            external_ips=body.external_ips,
+            hostname=body.hostname,
+            state=body.state,
+        )
+
     def _launch_batch(self, batch: list[bodies.InstanceBody]) -> list[Instance]:
         """Launch every instance of `batch` (as one call of a cloud that launches many at
         once, an autoscaler's burst), or none: each is checked first (name given, free and
@@ -958,17 +962,7 @@ class SimCloud:
         launched: list[Instance] = []
         for body in batch:
             try:
-                launched.append(
-                    self.add_instance(
-                        body.name,
-                        instance_type=body.instance_type,
-                        zone=body.zone,
-                        internal_ips=body.internal_ips,
-                        external_ips=body.external_ips,
-                        hostname=body.hostname,
-                        state=body.state,
-                    )
-                )
+                launched.append(self._add_instance(body))
             except SimApiError as exc:
                 raise SimApiError(
                     exc.status,
