@@ -5,13 +5,14 @@ emulator in-process."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
 from tests.helpers.supervisor import FixedJitter, Link, NoCapabilities, Probe
-from trio_ccm.cli.heap import FREEZE_AFTER_S, serve_collector_freezes
+from trio_ccm.cli.heap import COLLECT_PERIOD_S, FREEZE_AFTER_S, serve_collector_freezes
 from trio_ccm.settings import Settings
 from trio_ccm.supervisor import Serving, serve
 from trio_ccm.testing.harness import emulator_connection
@@ -74,3 +75,57 @@ async def test_the_collector_is_frozen_only_within_a_term(
     times = [at for at, *_ in frozen]
     assert started + FREEZE_AFTER_S <= times[1] <= started + FREEZE_AFTER_S + 0.5
     assert second + FREEZE_AFTER_S <= times[4] <= second + FREEZE_AFTER_S + 0.5
+
+
+class _Term:
+    """A replica whose leadership the test sets."""
+
+    def __init__(self) -> None:
+        self.leading = False
+        self._changed = trio.Event()
+
+    def lead(self, leading: bool) -> None:
+        self.leading = leading
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_leading(self, leading: bool = True) -> None:
+        while self.leading != leading:
+            await self._changed.wait()
+
+
+class _Cycle:
+    """An object in a reference cycle: only the collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_while_frozen_a_full_collection_frees_cycles_each_period(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With automatic collection off, a cycle made after the freeze is freed by the next
+    periodic collection, not before it; none runs once the term ended."""
+    term = _Term()
+    gc.disable()
+    try:
+        async with trio.open_nursery() as host:
+            host.start_soon(serve_collector_freezes, term)
+            term.lead(True)
+            await trio.sleep(FREEZE_AFTER_S + 1)
+            assert gc.get_freeze_count() > 0
+            garbage = weakref.ref(_Cycle())
+            await trio.sleep(COLLECT_PERIOD_S - 2)
+            assert garbage() is not None
+            await trio.sleep(2)
+            assert garbage() is None
+            term.lead(False)
+            await trio.sleep(1)
+            assert gc.get_freeze_count() == 0
+            kept = weakref.ref(_Cycle())
+            await trio.sleep(3 * COLLECT_PERIOD_S)
+            assert kept() is not None
+            host.cancel_scope.cancel()
+    finally:
+        gc.enable()
+    assert gc.get_freeze_count() == 0

@@ -24,6 +24,7 @@ import httpx
 import msgspec
 import trio
 
+from trio_ccm import httpsend
 from trio_ccm._version import __version__
 from trio_ccm.base.pacing import Gathering
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
@@ -261,7 +262,7 @@ class KubeClient:
                 extensions={"timeout": _STREAM_TIMEOUT if stream else _NO_TIMEOUT},
             )
             try:
-                response = await _send(http, built, stream=stream)
+                response = await httpsend.send(http, built, stream=stream)
             except httpx.TransportError as exc:
                 unreachable = KubeConnectionError(
                     f"{method} {path}: {explain_connection_error(self.config, exc)}"
@@ -691,24 +692,6 @@ class KubeClient:
         if preconditions:
             body["preconditions"] = dict(preconditions)
         await self._write("DELETE", resource.path(namespace, name), body, "application/json")
-
-
-async def _send(http: httpx.AsyncClient, request: httpx.Request, *, stream: bool) -> httpx.Response:
-    """`http.send(request, stream=stream)` without the layers a kube client never uses:
-    its cookie jar (the API server sets no cookies: httpx parsed every answer's headers for
-    them), its auth flow (the token is the header `request` carries) and its redirects (not
-    followed: the same as httpx's default). The transport is the one httpx would take for
-    the URL (a proxy from the environment included); the body of an answer not streamed is
-    read here, and the answer closed if reading fails, as httpx does."""
-    response = await http._transport_for_url(request.url).handle_async_request(request)
-    response.request = request
-    if not stream:
-        try:
-            await response.aread()
-        except BaseException:
-            await response.aclose()
-            raise
-    return response
 
 
 async def _each(batches: AsyncGenerator[list[E], None]) -> AsyncGenerator[E, None]:

@@ -44,6 +44,7 @@ from typing import Final
 import httpx
 import trio
 
+from trio_ccm import httpsend
 from trio_ccm.cloud import fence
 from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.aws.codec import USER_AGENT, Codec, Parsed
@@ -224,8 +225,14 @@ class AwsClient:
             self._attempts.leaving(f"{service}:{action}")
             started = trio.current_time()
             try:
-                response = await self.http.request(
-                    request.method, request.url, headers=dict(request.headers), content=request.body
+                response = await httpsend.send(
+                    self.http,
+                    self.http.build_request(
+                        request.method,
+                        request.url,
+                        headers=dict(request.headers),
+                        content=request.body,
+                    ),
                 )
                 body = response.content
             except httpx.TransportError as exc:

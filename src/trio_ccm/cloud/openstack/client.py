@@ -60,6 +60,7 @@ import httpx
 import msgspec
 import trio
 
+from trio_ccm import httpsend
 from trio_ccm.cloud import fence
 from trio_ccm.cloud.attempts import Attempts, Resend, Retry, explain
 from trio_ccm.cloud.openstack.errors import (
@@ -610,7 +611,7 @@ class OpenStackClient:
                 request = self.http.build_request(
                     method, url, content=content, params=query, headers=headers
                 )
-                stream = await self.http.send(request, stream=True)
+                stream = await httpsend.send(self.http, request, stream=True)
                 sent = True
                 try:
                     await stream.aread()

@@ -28,6 +28,7 @@ import httpx
 import msgspec
 import trio
 
+from trio_ccm import httpsend
 from trio_ccm._version import __version__
 from trio_ccm.cloud import fence
 from trio_ccm.cloud.fence import GuardedTransport
@@ -136,8 +137,10 @@ class SimClient:
         response: httpx.Response | None = None
         with trio.move_on_after(self._timeout_s):
             try:
-                response = await self._client().request(
-                    verb, path, params=params, content=content, headers=headers
+                http = self._client()
+                response = await httpsend.send(
+                    http,
+                    http.build_request(verb, path, params=params, content=content, headers=headers),
                 )
             except httpx.TransportError as exc:
                 if write and not isinstance(exc, _NOT_SENT):
