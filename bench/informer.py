@@ -15,7 +15,11 @@ this bench's consumer read until issue 28's fifth pass). The clock runs from the
 watch response is handed over until the consumer has received the round's last event, so
 the figure covers httpx's body iteration, line splitting, msgspec decoding, the cache update
 and the mailbox hand-off, and nothing of building the stream. Each round is one watch; when
-its stream ends, the informer re-watches and the next round starts.
+its stream ends, the informer re-watches and the next round starts. Before each round the
+machine's speed is taken (`machine_speed_ms`: the CPU milliseconds of a fixed pure-Python
+workload, printed in brackets after the round's events/s and reported as `machine_ms_N`):
+this machine's speed moves between runs, and the bracket tells a slow machine from a slow
+round.
 
 memory: `tracemalloc` is started just before the informer's first list (the client and its
 decoders are warmed up beforehand) and a snapshot is taken once the informer reports synced
@@ -71,7 +75,7 @@ import prometheus_client
 import trio
 import trio.testing
 
-from _common import print_figures, quiet_logging
+from _common import machine_speed_ms, print_figures, quiet_logging
 from apiserver import LABEL, make_node, node_name
 from trio_ccm.actors.controller import ControllerContext, ControllerSetup
 from trio_ccm.actors.node_lifecycle import NodeLifecycleController
@@ -306,6 +310,7 @@ async def events_phase(
         for index in range(rounds):
             round_ = build_round(nodes, index * events, events, chunk_bytes)
             gc.collect()
+            machine_ms = machine_speed_ms()
             before = mailbox.statistics()
             received_before = consumer.received
             consumer.target = round_
@@ -336,6 +341,7 @@ async def events_phase(
                     "mb_per_s": round_.stream_bytes / wall_s / 1e6,
                     "cpu_util": cpu_s / wall_s,
                     "cpu_us_per_event": cpu_s / events * 1e6,
+                    "machine_ms": machine_ms,
                     "puts": after.puts - before.puts,
                     "coalesced": after.coalesced - before.coalesced,
                     "received": consumer.received - received_before,
@@ -353,6 +359,7 @@ async def events_phase(
         "events_per_s": statistics.median(rates),
         "events_per_s_best": max(rates),
         "cpu_us_per_event": statistics.median(r["cpu_us_per_event"] for r in results),
+        "machine_ms": statistics.median(r["machine_ms"] for r in results),
         "watches": transport.watches,
         "relists": informer.relists,
     }
@@ -701,7 +708,9 @@ def main(argv: list[str] | None = None) -> None:
             r = rates[nodes] = trio.run(
                 events_phase, nodes, events, rounds, args.chunk_bytes, profile, args.per_value
             )
-            each = " / ".join(f"{x['events_per_s']:,.0f}" for x in r["rounds"])
+            each = " / ".join(
+                f"{x['events_per_s']:,.0f} [{x['machine_ms']:.0f} ms]" for x in r["rounds"]
+            )
             first = r["rounds"][0]
             print(
                 f"  events   {nodes:>6} Nodes: {r['events_per_s']:9,.0f} events/s median "
@@ -773,6 +782,7 @@ def main(argv: list[str] | None = None) -> None:
         figures[f"events_per_s_{nodes}"] = round(r["events_per_s"], 1)
         figures[f"events_per_s_best_{nodes}"] = round(r["events_per_s_best"], 1)
         figures[f"cpu_us_per_event_{nodes}"] = round(r["cpu_us_per_event"], 2)
+        figures[f"machine_ms_{nodes}"] = round(r["machine_ms"], 1)
     for nodes, m in memory.items():
         figures[f"bytes_per_node_{nodes}"] = round(m["bytes_per_node"], 1)
         figures[f"deep_bytes_per_node_{nodes}"] = round(m["deep_bytes_per_node"], 1)
