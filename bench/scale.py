@@ -1015,11 +1015,11 @@ def wave_figures(runs: list[Run]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help="cluster sizes (repeatable)")
-    parser.add_argument("--quick", action="store_true", help="200 Nodes, 100 Services, 20 joins")
-    parser.add_argument("--services", type=int, help="Services (default 5000; quick 100)")
-    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 10)")
-    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 20)")
-    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 5)")
+    parser.add_argument("--quick", action="store_true", help="100 Nodes, 40 Services, 10 joins")
+    parser.add_argument("--services", type=int, help="Services (default 5000; quick 40)")
+    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 5)")
+    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 10)")
+    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 3)")
     parser.add_argument(
         "--wave",
         action="store_true",
@@ -1029,7 +1029,7 @@ def main(argv: list[str] | None = None) -> None:
         "--both", action="store_true", help="each N in both modes (initialised, then --wave)"
     )
     parser.add_argument(
-        "--settle", type=float, help="--wave: seconds settled before the steady window (60; 2)"
+        "--settle", type=float, help="--wave: seconds settled before the steady window (60; 1)"
     )
     parser.add_argument(
         "--wave-limit",
@@ -1053,20 +1053,20 @@ def main(argv: list[str] | None = None) -> None:
     quick = args.quick
     # --quick runs both modes (the keys of both are checked by tests/bench/test_quick.py).
     waves = [True] if args.wave else [False, True] if (quick or args.both) else [False]
-    window = args.window or (5.0 if quick else 60.0)
+    window = args.window or (3.0 if quick else 60.0)
     sizes = [
         Sizes(
             nodes=n,
-            services=args.services or (100 if quick else 5000),
-            lb_services=args.lb_services or (10 if quick else 250),
-            join=args.join or (20 if quick else 1000),
+            services=args.services or (40 if quick else 5000),
+            lb_services=args.lb_services or (5 if quick else 250),
+            join=args.join or (10 if quick else 1000),
             window_s=window,
             settle_quiet_s=1.0 if quick else 5.0,
             wave=wave,
-            settle_extra_s=args.settle if args.settle is not None else (2.0 if quick else 60.0),
+            settle_extra_s=args.settle if args.settle is not None else (1.0 if quick else 60.0),
             wave_limit_s=args.wave_limit or (420.0 if n > 20_000 else 3600.0),
         )
-        for n in (args.nodes or ([] if args.merge else [200] if quick else DEFAULT_NODES))
+        for n in (args.nodes or ([] if args.merge else [100] if quick else DEFAULT_NODES))
         for wave in waves
     ]
     print(
