@@ -40,7 +40,8 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
      the first instance until no Node lacks the instance-type label and all N + 1,000 are
      there. Bound by the kube client:
      2 writes per Node at 200/s with a burst of 400, (2,000 - 400)/200 = 8 s
-     (`join_qps_bound_s`);
+     (`join_qps_bound_s`); `join_cpu_pct`: each process's CPU over the join (the emulator,
+     the kubelets and cloud, the CCM; % of a core), which says what bound it;
    - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends`, once
      every load balancer has had one and the load-balancer calls have been quiet for 5 s;
      every load balancer is then checked to hold the N + 1,000 Nodes (three of them above
@@ -156,6 +157,7 @@ class Run:
     join_posted_s: float = 0.0  # until the simulated cloud had launched the last instance
     join_qps_bound_s: float = 0.0
     join_cloud_calls: int = 0
+    join_cpu_pct: dict[str, float] = field(default_factory=dict)  # per process, over the join
     nodeset_push_s: float = 0.0
     nodeset_backend_calls: int = 0
     nodeset_lb_budget_bound_s: float = 0.0
@@ -546,7 +548,8 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
                 if sizes.wave:
                     await measured_wave(run, sizes, tmp, api, cloud, tracemalloc_dir)
                 else:
-                    await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
+                    world = {"emulator": emulator.pid, "kubelets": kubelets.pid}
+                    await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir, world)
             run.emulator_rss_mb = rss_bytes(emulator.pid) / 2**20
             run.kubelets_rss_mb = rss_bytes(kubelets.pid) / 2**20
             run.testbed_rss_mb = run.emulator_rss_mb + run.kubelets_rss_mb
@@ -566,6 +569,7 @@ async def measured_ccm(
     api: httpx.AsyncClient,
     cloud: httpx.AsyncClient,
     tracemalloc_dir: str | None,
+    world: dict[str, int],
 ) -> None:
     n = run.nodes
     before = len(await cloud_calls(cloud))
@@ -605,7 +609,7 @@ async def measured_ccm(
             f"settled RSS {run.settled_rss_mb:.0f} MB, steady CPU {run.steady_cpu_pct:.1f} %; "
             f"{sizes.join:,} Nodes join"
         )
-        await join_and_push(run, sizes, api, cloud, len(calls))
+        await join_and_push(run, sizes, api, cloud, len(calls), {**world, "ccm": ccm.pid})
         say(
             f"join {run.join_1000_s:.1f} s (registered after {run.join_registered_s:.1f} s), "
             f"node-set push {run.nodeset_push_s:.1f} s"
@@ -804,12 +808,20 @@ async def launch(cloud: httpx.AsyncClient, names: list[str]) -> None:
 
 
 async def join_and_push(
-    run: Run, sizes: Sizes, api: httpx.AsyncClient, cloud: httpx.AsyncClient, mark: int
+    run: Run,
+    sizes: Sizes,
+    api: httpx.AsyncClient,
+    cloud: httpx.AsyncClient,
+    mark: int,
+    pids: dict[str, int],
 ) -> None:
-    """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass."""
+    """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass.
+    `pids`: the processes whose CPU over the join is reported (`join_cpu_pct`: which of
+    them, if any, was busy all along)."""
     n, join = run.nodes, sizes.join
     t0_wall = time.time()
     t0 = time.monotonic()
+    cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
     # Timed by a watch of the Nodes lacking the label (the new ones until the CCM
     # initialises them): no scan of every Node per poll in the process that answers the CCM.
     since = (await api.get("/api/v1/nodes", params={"limit": "1"})).json()["metadata"]
@@ -821,6 +833,10 @@ async def join_and_push(
         with trio.fail_after(1800):
             await joined.done.wait()
         nursery.cancel_scope.cancel()
+    took = time.monotonic() - t0
+    run.join_cpu_pct = {
+        name: round(100 * (cpu_seconds(pid) - cpu0[name]) / took, 1) for name, pid in pids.items()
+    }
     run.join_registered_s = joined.registered_at - t0
     run.join_1000_s = joined.done_at - t0
     run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
@@ -954,6 +970,8 @@ def print_table(runs: list[Run]) -> None:
             f"(expected {r.nodes + r.join:,}); start-up settled after {r.settle_s:.0f} s with "
             f"{r.lbs_with_ingress} of {r.lb_services} load balancers ready"
         )
+        if r.join_cpu_pct:
+            print(f"  CPU over the join, % of a core: {r.join_cpu_pct}")
         for text in r.slowest_requests:
             print(f"  emulator's slow request: {text}")
 
@@ -973,6 +991,7 @@ def initialised_figures(runs: list[Run]) -> dict[str, Any]:
         "join_registered_s": round(largest.join_registered_s, 2),
         "join_posted_s": round(largest.join_posted_s, 2),
         "join_qps_bound_s": largest.join_qps_bound_s,
+        "join_cpu_pct": largest.join_cpu_pct,
         "nodeset_push_s": round(largest.nodeset_push_s, 2),
         "nodeset_backend_calls": largest.nodeset_backend_calls,
         "go_calls_per_period": largest.go_calls_per_period,
