@@ -610,7 +610,8 @@ async def measured_ccm(
             f"settled RSS {run.settled_rss_mb:.0f} MB, steady CPU {run.steady_cpu_pct:.1f} %; "
             f"{sizes.join:,} Nodes join"
         )
-        await join_and_push(run, sizes, api, cloud, len(calls), {**world, "ccm": ccm.pid})
+        pids = {**world, "ccm": ccm.pid}
+        await join_and_push(run, sizes, api, cloud, len(calls), pids, tmp)
         say(
             f"join {run.join_1000_s:.1f} s (registered after {run.join_registered_s:.1f} s), "
             f"node-set push {run.nodeset_push_s:.1f} s"
@@ -815,10 +816,12 @@ async def join_and_push(
     cloud: httpx.AsyncClient,
     mark: int,
     pids: dict[str, int],
+    tmp: Path,
 ) -> None:
     """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass.
     `pids`: the processes whose CPU over the join is reported (`join_cpu_pct`: which of
-    them, if any, was busy all along)."""
+    them, if any, was busy all along). The cloud's calls from the join's start are kept in
+    `tmp/join-cloud-calls.json` (with `--keep`: when each lookup came, at what pace)."""
     n, join = run.nodes, sizes.join
     t0_wall = time.time()
     t0 = time.monotonic()
@@ -877,6 +880,9 @@ async def join_and_push(
                 checked[held] = checked.get(held, 0) + 1
             if set(checked) == {n + join}:
                 break
+    (tmp / "join-cloud-calls.json").write_text(
+        json.dumps({"join_started_wall": t0_wall, "calls": calls})
+    )
     run.nodeset_checked = checked
     run.nodeset_push_s = max(c["wall"] for c in backends) - t0_wall
     run.nodeset_backend_calls = len(backends)
