@@ -24,7 +24,7 @@ one of 1, so that every child but one queues on the limiter.
 `spawn_notifications_per_s` is the first round with a limiter of 10, which also spawns
 every child.
 
-wave: N new keys at once (100,000; quick 10,000) into a `KeyedActors` whose limiter has
+wave: N new keys at once (100,000; quick 4,000) into a `KeyedActors` whose limiter has
 2,000 tokens (the cloud-node controller's with `--cloud-batch-size=1000`, as
 `bench/scale.py` runs it) and whose handler calls all wait until released, as a wave's
 lookups and writes wait on the cloud and the API: once the dispatcher is idle, the children
@@ -305,10 +305,10 @@ def run(phase: Callable[..., Any], *args: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run (smoke check)")
-    parser.add_argument("--actors", type=int, help="keyed actors alive (default 10000)")
+    parser.add_argument("--actors", type=int, help="keyed actors alive (default 10000; quick 1000)")
     parser.add_argument("--rounds", type=int, help="notification rounds (default 10; quick 3)")
     args = parser.parse_args(argv)
-    count = args.actors or (2_000 if args.quick else 10_000)
+    count = args.actors or (1_000 if args.quick else 10_000)
     rounds = args.rounds or (3 if args.quick else 10)
     quiet_logging("warning")
 
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         f"  mailbox  drain of {10_000 if args.quick else 100_000:,} pending keys "
         f"{drained['drain_ms']:,.1f} ms; then a put and a get {drained['pair_us']:.2f} µs"
     )
-    wave_keys = 10_000 if args.quick else 100_000
+    wave_keys = 4_000 if args.quick else 100_000
     wave = run(wave_phase, wave_keys)
     print(
         f"  wave     {wave_keys:,} new keys, {WAVE_TOKENS:,} tokens, every call waiting: "

@@ -616,9 +616,9 @@ def summary(label: str, r: dict[str, Any], cfg: PhaseConfig) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run (smoke check)")
-    parser.add_argument("--nodes", type=int, help="Nodes to create (default 5000; quick 300)")
+    parser.add_argument("--nodes", type=int, help="Nodes to create (default 5000; quick 100)")
     parser.add_argument("--watchers", type=int, help="watchers (default 10; quick 3)")
-    parser.add_argument("--writes", type=int, help="patches per front door (20000; quick 500)")
+    parser.add_argument("--writes", type=int, help="patches per front door (20000; quick 200)")
     parser.add_argument("--http-writes", type=int, help="patches over HTTP")
     parser.add_argument("--writers", type=int, default=4, help="concurrent writer tasks")
     parser.add_argument("--creators", type=int, default=4, help="concurrent create tasks")
@@ -634,8 +634,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
-    nodes = args.nodes or (300 if args.quick else 5_000)
-    writes = args.writes or (500 if args.quick else 20_000)
+    nodes = args.nodes or (100 if args.quick else 5_000)
+    writes = args.writes or (200 if args.quick else 20_000)
     args.watchers = args.watchers or (3 if args.quick else 10)
     http_writes = args.http_writes or writes
     window = args.watch_buffer // 2 if args.window is None else args.window

@@ -4,7 +4,7 @@ and (`--services`) a node-set change pushed to L load balancers.
     python bench/aws.py [--nodes N ...] [--quick]
     python bench/aws.py --services [--quick]
 
-For each N (default 1,000 and 5,000; `--quick`: 100): moto (in-process, loopback, the test
+For each N (default 1,000 and 5,000; `--quick`: 40): moto (in-process, loopback, the test
 world's fidelity patches) holds a cluster-tagged VPC with a subnet per zone and N
 instances; the emulator (in-process transport) gets N Nodes as kubelets with
 `--cloud-provider=external` register them on EC2 (named by private DNS name, no provider
@@ -493,7 +493,7 @@ def services_main(quick: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help="wave sizes (repeatable)")
-    parser.add_argument("--quick", action="store_true", help="one wave of 100 (smoke check)")
+    parser.add_argument("--quick", action="store_true", help="one wave of 40 (smoke check)")
     parser.add_argument(
         "--services", action="store_true", help="a node-set change over load balancers"
     )
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> None:
         quiet_logging()
         services_main(args.quick)
         return
-    sizes = args.nodes or ([100] if args.quick else [1000, 5000])
+    sizes = args.nodes or ([40] if args.quick else [1000, 5000])
     quiet_logging("error")
     print(
         f"aws node waves: {', '.join(f'{n:,}' for n in sizes)} Nodes named by private DNS "

@@ -642,7 +642,7 @@ def print_details(w: Wave) -> None:
 # -- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, help="Nodes in the wave (default 1000; quick 200)")
+    parser.add_argument("--nodes", type=int, help="Nodes in the wave (default 1000; quick 100)")
     parser.add_argument("--quick", action="store_true", help="a smaller run (smoke check)")
     parser.add_argument(
         "--only", choices=("real", "virtual", "model"), action="append", help="run these phases"
@@ -650,7 +650,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", metavar="FILE", help="cProfile the real-time run to FILE")
     parser.add_argument("--log-level", default="error", help="trio-ccm's logs, to stderr")
     args = parser.parse_args(argv)
-    nodes = args.nodes or (200 if args.quick else 1000)
+    nodes = args.nodes or (100 if args.quick else 1000)
     phases = set(args.only or ("real", "virtual", "model"))
     quiet_logging(args.log_level)
     started = time.perf_counter()

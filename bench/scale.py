@@ -40,7 +40,8 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
      the first instance until no Node lacks the instance-type label and all N + 1,000 are
      there. Bound by the kube client:
      2 writes per Node at 200/s with a burst of 400, (2,000 - 400)/200 = 8 s
-     (`join_qps_bound_s`);
+     (`join_qps_bound_s`); `join_cpu_pct`: each process's CPU over the join (the emulator,
+     the kubelets and cloud, the CCM; % of a core), which says what bound it;
    - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends`, once
      every load balancer has had one and the load-balancer calls have been quiet for 5 s;
      every load balancer is then checked to hold the N + 1,000 Nodes (three of them above
@@ -62,6 +63,7 @@ under `runs`, every N's. Benchmarks print numbers; they never assert on time.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -156,6 +158,7 @@ class Run:
     join_posted_s: float = 0.0  # until the simulated cloud had launched the last instance
     join_qps_bound_s: float = 0.0
     join_cloud_calls: int = 0
+    join_cpu_pct: dict[str, float] = field(default_factory=dict)  # per process, over the join
     nodeset_push_s: float = 0.0
     nodeset_backend_calls: int = 0
     nodeset_lb_budget_bound_s: float = 0.0
@@ -546,7 +549,8 @@ async def run_one(sizes: Sizes, tmp: Path, tracemalloc_dir: str | None) -> Run:
                 if sizes.wave:
                     await measured_wave(run, sizes, tmp, api, cloud, tracemalloc_dir)
                 else:
-                    await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir)
+                    world = {"emulator": emulator.pid, "kubelets": kubelets.pid}
+                    await measured_ccm(run, sizes, tmp, api, cloud, tracemalloc_dir, world)
             run.emulator_rss_mb = rss_bytes(emulator.pid) / 2**20
             run.kubelets_rss_mb = rss_bytes(kubelets.pid) / 2**20
             run.testbed_rss_mb = run.emulator_rss_mb + run.kubelets_rss_mb
@@ -566,6 +570,7 @@ async def measured_ccm(
     api: httpx.AsyncClient,
     cloud: httpx.AsyncClient,
     tracemalloc_dir: str | None,
+    world: dict[str, int],
 ) -> None:
     n = run.nodes
     before = len(await cloud_calls(cloud))
@@ -605,7 +610,8 @@ async def measured_ccm(
             f"settled RSS {run.settled_rss_mb:.0f} MB, steady CPU {run.steady_cpu_pct:.1f} %; "
             f"{sizes.join:,} Nodes join"
         )
-        await join_and_push(run, sizes, api, cloud, len(calls))
+        pids = {**world, "ccm": ccm.pid}
+        await join_and_push(run, sizes, api, cloud, len(calls), pids, tmp)
         say(
             f"join {run.join_1000_s:.1f} s (registered after {run.join_registered_s:.1f} s), "
             f"node-set push {run.nodeset_push_s:.1f} s"
@@ -804,12 +810,22 @@ async def launch(cloud: httpx.AsyncClient, names: list[str]) -> None:
 
 
 async def join_and_push(
-    run: Run, sizes: Sizes, api: httpx.AsyncClient, cloud: httpx.AsyncClient, mark: int
+    run: Run,
+    sizes: Sizes,
+    api: httpx.AsyncClient,
+    cloud: httpx.AsyncClient,
+    mark: int,
+    pids: dict[str, int],
+    tmp: Path,
 ) -> None:
-    """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass."""
+    """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass.
+    `pids`: the processes whose CPU over the join is reported (`join_cpu_pct`: which of
+    them, if any, was busy all along). The cloud's calls from the join's start are kept in
+    `tmp/join-cloud-calls.json` (with `--keep`: when each lookup came, at what pace)."""
     n, join = run.nodes, sizes.join
     t0_wall = time.time()
     t0 = time.monotonic()
+    cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
     # Timed by a watch of the Nodes lacking the label (the new ones until the CCM
     # initialises them): no scan of every Node per poll in the process that answers the CCM.
     since = (await api.get("/api/v1/nodes", params={"limit": "1"})).json()["metadata"]
@@ -821,6 +837,10 @@ async def join_and_push(
         with trio.fail_after(1800):
             await joined.done.wait()
         nursery.cancel_scope.cancel()
+    took = time.monotonic() - t0
+    run.join_cpu_pct = {
+        name: round(100 * (cpu_seconds(pid) - cpu0[name]) / took, 1) for name, pid in pids.items()
+    }
     run.join_registered_s = joined.registered_at - t0
     run.join_1000_s = joined.done_at - t0
     run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
@@ -860,6 +880,9 @@ async def join_and_push(
                 checked[held] = checked.get(held, 0) + 1
             if set(checked) == {n + join}:
                 break
+    (tmp / "join-cloud-calls.json").write_text(
+        json.dumps({"join_started_wall": t0_wall, "calls": calls})
+    )
     run.nodeset_checked = checked
     run.nodeset_push_s = max(c["wall"] for c in backends) - t0_wall
     run.nodeset_backend_calls = len(backends)
@@ -954,6 +977,8 @@ def print_table(runs: list[Run]) -> None:
             f"(expected {r.nodes + r.join:,}); start-up settled after {r.settle_s:.0f} s with "
             f"{r.lbs_with_ingress} of {r.lb_services} load balancers ready"
         )
+        if r.join_cpu_pct:
+            print(f"  CPU over the join, % of a core: {r.join_cpu_pct}")
         for text in r.slowest_requests:
             print(f"  emulator's slow request: {text}")
 
@@ -973,6 +998,7 @@ def initialised_figures(runs: list[Run]) -> dict[str, Any]:
         "join_registered_s": round(largest.join_registered_s, 2),
         "join_posted_s": round(largest.join_posted_s, 2),
         "join_qps_bound_s": largest.join_qps_bound_s,
+        "join_cpu_pct": largest.join_cpu_pct,
         "nodeset_push_s": round(largest.nodeset_push_s, 2),
         "nodeset_backend_calls": largest.nodeset_backend_calls,
         "go_calls_per_period": largest.go_calls_per_period,
@@ -1015,11 +1041,11 @@ def wave_figures(runs: list[Run]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--nodes", type=int, action="append", help="cluster sizes (repeatable)")
-    parser.add_argument("--quick", action="store_true", help="200 Nodes, 100 Services, 20 joins")
-    parser.add_argument("--services", type=int, help="Services (default 5000; quick 100)")
-    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 10)")
-    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 20)")
-    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 5)")
+    parser.add_argument("--quick", action="store_true", help="100 Nodes, 40 Services, 10 joins")
+    parser.add_argument("--services", type=int, help="Services (default 5000; quick 40)")
+    parser.add_argument("--lb-services", type=int, help="of them LoadBalancer (250; quick 5)")
+    parser.add_argument("--join", type=int, help="Nodes joining (1000; quick 10)")
+    parser.add_argument("--window", type=float, help="steady window = sync period, s (60; 3)")
     parser.add_argument(
         "--wave",
         action="store_true",
@@ -1029,7 +1055,7 @@ def main(argv: list[str] | None = None) -> None:
         "--both", action="store_true", help="each N in both modes (initialised, then --wave)"
     )
     parser.add_argument(
-        "--settle", type=float, help="--wave: seconds settled before the steady window (60; 2)"
+        "--settle", type=float, help="--wave: seconds settled before the steady window (60; 1)"
     )
     parser.add_argument(
         "--wave-limit",
@@ -1053,20 +1079,20 @@ def main(argv: list[str] | None = None) -> None:
     quick = args.quick
     # --quick runs both modes (the keys of both are checked by tests/bench/test_quick.py).
     waves = [True] if args.wave else [False, True] if (quick or args.both) else [False]
-    window = args.window or (5.0 if quick else 60.0)
+    window = args.window or (3.0 if quick else 60.0)
     sizes = [
         Sizes(
             nodes=n,
-            services=args.services or (100 if quick else 5000),
-            lb_services=args.lb_services or (10 if quick else 250),
-            join=args.join or (20 if quick else 1000),
+            services=args.services or (40 if quick else 5000),
+            lb_services=args.lb_services or (5 if quick else 250),
+            join=args.join or (10 if quick else 1000),
             window_s=window,
             settle_quiet_s=1.0 if quick else 5.0,
             wave=wave,
-            settle_extra_s=args.settle if args.settle is not None else (2.0 if quick else 60.0),
+            settle_extra_s=args.settle if args.settle is not None else (1.0 if quick else 60.0),
             wave_limit_s=args.wave_limit or (420.0 if n > 20_000 else 3600.0),
         )
-        for n in (args.nodes or ([] if args.merge else [200] if quick else DEFAULT_NODES))
+        for n in (args.nodes or ([] if args.merge else [100] if quick else DEFAULT_NODES))
         for wave in waves
     ]
     print(
@@ -1075,9 +1101,9 @@ def main(argv: list[str] | None = None) -> None:
         f" {args.services or 5000:,} Services ({args.lb_services or 250} LoadBalancer)"
     )
     print(machine_line() + "\n", flush=True)
-    runs: list[Run] = []
     started = time.monotonic()
-    for size in sizes:
+
+    def one(size: Sizes) -> Run:
         mode = "wave" if size.wave else "initialised"
         if args.keep:
             kept = Path(args.keep) / f"{'wave-' if size.wave else ''}n{size.nodes}"
@@ -1086,8 +1112,17 @@ def main(argv: list[str] | None = None) -> None:
         else:
             with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
                 run = trio.run(run_one, size, Path(tmp), args.tracemalloc)
-        runs.append(run)
         say(f"{size.nodes:,} Nodes ({mode}) done after {time.monotonic() - started:.0f} s")
+        return run
+
+    if quick:
+        # Only proves the bench runs (make test): both modes' worlds at once, each in a
+        # thread of its own (its own trio.run, ports and files); its figures are not ones
+        # to quote. A measured run takes one world at a time.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(sizes) or 1) as pool:
+            runs = list(pool.map(one, sizes))
+    else:
+        runs = [one(size) for size in sizes]
     for earlier in args.merge or ():
         lines = Path(earlier).read_text().strip().splitlines()
         runs += [Run(**r) for r in json.loads(lines[-1])["runs"]]

@@ -19,7 +19,7 @@ import structlog
 import trio
 import trio.testing
 
-from trio_ccm.kube.errors import NotFoundError
+from trio_ccm.kube.errors import AlreadyExistsError, NotFoundError
 from trio_ccm.kube.objects import NODES
 from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
@@ -32,7 +32,7 @@ from trio_ccm_testbed.split import (
     tune_collector,
     watch_progress,
 )
-from trio_ccm_testbed.testbed import Testbed
+from trio_ccm_testbed.testbed import Testbed, launch_instances, node_manifest
 
 EPOCH = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)  # the kubelets' virtual wall clock
 LIMIT_S = 90.0  # processes start slowly on a loaded machine; a run past this has hung
@@ -229,6 +229,36 @@ async def test_status_writer_patches_as_the_kube_client_would_and_maps_refusals(
         assert (ready["status"], ready["lastHeartbeatTime"]) == ("True", stamp)
         managers.append(sorted(m["manager"] for m in node["metadata"]["managedFields"]))
     assert managers[0] == managers[1] == ["kubelet", "trio-ccm"]
+
+
+async def test_status_writer_registers_as_the_kube_client_would_and_maps_a_conflict() -> None:
+    """A registration through the kubelets' lean writer creates the Node as one through the
+    kube client does (same object, same field manager), and a second one is an
+    AlreadyExistsError naming the Node."""
+    api = ApiServer(seed=1)
+    cloud = SimCloud(seed=1)
+    lean, plain = launch_instances(cloud, 2)
+    now = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            listening = await nursery.start(serve_apiserver, api)
+            client, writer = kubelets_client(listening.url)
+            await writer.register_node(json.dumps(node_manifest(lean, now=now)).encode())
+            await client.create(NODES, node_manifest(plain, now=now))
+            with pytest.raises(AlreadyExistsError, match=lean.name):
+                await writer.register_node(json.dumps(node_manifest(lean, now=now)).encode())
+            await client.aclose()
+            nursery.cancel_scope.cancel()
+    nodes = [api.get("v1", "Node", instance.name) for instance in (lean, plain)]
+    kept = [
+        (
+            {k: v for k, v in n["metadata"]["labels"].items() if k != "kubernetes.io/hostname"},
+            n["spec"],
+            [m["manager"] for m in n["metadata"]["managedFields"]],
+        )
+        for n in nodes
+    ]
+    assert kept[0] == kept[1]
 
 
 def _spawn(args: list[str], err: Path) -> subprocess.Popen[str]:

@@ -22,7 +22,7 @@ answered the CCM seconds late. Here the world is two processes:
   emulator's HTTP door, as any other client: `--max-in-flight` (8) writes at once, their
   status patches straight through a lean HTTP/1.1 pool (`Http1StatusWriter`), and a join's
   registrations `--max-registering` (32) more of their own; they follow the cloud by its
-  change log, not a walk of every instance. It prints a progress line every
+  change log, not a walk of every instance, every `--poll` (0.1 s). It prints a progress line every
   `--progress-every` (10,000) Nodes registered, then `N nodes registered`.
 
 `bench/scale.py` starts both. Each refuses a non-loopback address.
@@ -253,7 +253,8 @@ async def _read_answer(
 
 
 class Http1StatusWriter:
-    """The kubelets' status patches (`StatusWriter`) straight through an `Http1Pool`, with
+    """The kubelets' status patches and registrations (`StatusWriter`) straight through an
+    `Http1Pool`, with
     the kube client's user agent (so the same field manager) and its error mapping: at
     333 a second, httpx's request building, auth, redirect and cookie steps cost the
     kubelets' process more than the socket did. A refusal is not retried here; a kubelet
@@ -261,19 +262,27 @@ class Http1StatusWriter:
 
     def __init__(self, pool: Http1Pool, *, host: str, user_agent: str) -> None:
         self._pool = pool
-        self._headers = [
-            (b"host", host.encode()),
-            (b"accept", b"application/json"),
-            (b"user-agent", user_agent.encode()),
-            (b"content-type", STRATEGIC.encode()),
-        ]
+        common = [(b"host", host.encode()), (b"accept", b"application/json")]
+        common.append((b"user-agent", user_agent.encode()))
+        self._headers = [*common, (b"content-type", STRATEGIC.encode())]
+        self._create_headers = [*common, (b"content-type", b"application/json")]
 
     async def patch_status(self, name: str, body: bytes) -> None:
         path = f"/api/v1/nodes/{quote(name, safe='')}/status"
-        status, headers, content = await self._pool.exchange("PATCH", path, self._headers, body)
+        await self._send("PATCH", path, self._headers, body)
+
+    async def register_node(self, body: bytes) -> None:
+        """`POST /api/v1/nodes` (a join's registrations: 1,000 at once, each through httpx's
+        request building cost the kubelets' process more than the emulator's answer)."""
+        await self._send("POST", "/api/v1/nodes", self._create_headers, body)
+
+    async def _send(
+        self, method: str, path: str, head: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        status, headers, content = await self._pool.exchange(method, path, head, body)
         if status >= 400:
             fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
-            raise error_from_response("PATCH", path, status, content, fields)
+            raise error_from_response(method, path, status, content, fields)
 
 
 KUBELET_AGENT: Final = f"kubelet/{KUBELET_VERSION} (linux/amd64) kubernetes/sim"
@@ -435,6 +444,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the emulator registered the --nodes (its --nodes, same --seed and pools)",
     )
     kubelets.add_argument("--heartbeat", type=_duration, default=60.0, metavar="SECONDS")
+    kubelets.add_argument(
+        "--poll",
+        type=_duration,
+        default=0.1,
+        metavar="SECONDS",
+        help="how often the kubelets read the cloud's changes (0.1s: a launched instance's "
+        "kubelet starts at once, as on a booted VM; a read is what changed, not every instance)",
+    )
     kubelets.add_argument("--no-node-leases", action="store_true")
     kubelets.add_argument("--seed", type=int, default=0)
     kubelets.add_argument("--lb-network", default=None, metavar="CIDR")
@@ -513,6 +530,7 @@ def kubelets_main(args: argparse.Namespace) -> int:
             client,
             cloud,
             heartbeat_s=args.heartbeat,
+            poll_s=args.poll,
             seed=args.seed,
             node_lease_s=None if args.no_node_leases else 40.0,
             max_in_flight=args.max_in_flight,
@@ -540,6 +558,7 @@ def kubelets_main(args: argparse.Namespace) -> int:
             nursery.start_soon(say_progress)
             await nursery.start(testbed.serve)
             await progress.wait()  # its last line, the total, before the one below
+            gc.freeze()  # built: 100,000 kubelets' tasks, which young collections need not walk
             _print(
                 f"{args.nodes} nodes registered after {time.monotonic() - started:.1f} s "
                 f"(heartbeat every {args.heartbeat:g}s); Ctrl-C to stop"

@@ -630,6 +630,28 @@ async def test_backends_are_kept_sorted_each_once(
     assert got["nodes"] == kept
 
 
+async def test_a_node_set_sent_to_many_load_balancers_is_read_once_per_body(
+    cloud: SimCloud, client: httpx.AsyncClient
+) -> None:
+    """The same backends body sent to several load balancers (a node-set pass) sets each to
+    its names; a body that differs is read anew, and a malformed one is still refused."""
+    base = "/v1/clusters/k/loadbalancers"
+    with trio.fail_after(LIMIT_S):
+        for name in ("lb1", "lb2", "lb3"):
+            await client.put(f"{base}/{name}", json=_lb_body())
+        same = [
+            await client.put(f"{base}/{n}/backends", json={"nodes": ["b", "a"]})
+            for n in ("lb1", "lb2")
+        ]
+        other = await client.put(f"{base}/lb3/backends", json={"nodes": ["c"]})
+        again = await client.put(f"{base}/lb1/backends", json={"nodes": ["b", "a"]})
+        bad = await client.put(f"{base}/lb2/backends", json={"nodes": "a"})
+        held = {n: (await client.get(f"{base}/{n}")).json()["nodes"] for n in ("lb1", "lb2", "lb3")}
+    assert [r.status_code for r in (*same, other, again)] == [204, 204, 204, 204]
+    assert bad.status_code == 400
+    assert held == {"lb1": ["a", "b"], "lb2": ["a", "b"], "lb3": ["c"]}
+
+
 async def test_load_balancer_addresses_and_hostnames() -> None:
     """Ingress IPs are the lowest free in 203.0.113.0/24; a requested IP is honoured or refused."""
     cloud = SimCloud(seed=1, lb_hostnames=True)

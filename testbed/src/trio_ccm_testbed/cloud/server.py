@@ -164,6 +164,10 @@ class SimCloud:
         self._unseen: set[str] = set()
         self._load_balancers: dict[str, LoadBalancer] = {}
         self._routes: dict[tuple[str, str], CloudRoute] = {}
+        # The last backends body and the node set it named: a node-set pass sends the same
+        # bytes to every load balancer (250 of them, 101,000 names each at 100,000 Nodes:
+        # 16 ms to decode and 10 ms to check, per call, in the process of the kubelets).
+        self._last_backends: tuple[bytes, tuple[str, ...]] = (b"", ())
 
     # -- front doors ------------------------------------------------------------------
     def transport(self) -> httpx.AsyncBaseTransport:
@@ -790,8 +794,12 @@ class SimCloud:
 
     def _set_backends(self, cluster: str, name: str, raw: bytes, now: float) -> Response:
         lb = self._lb_of(cluster, name)
-        body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
-        lb = replace(lb, nodes=_sorted_unique(body.nodes))
+        last_raw, nodes = self._last_backends
+        if raw != last_raw or not raw:  # else the same bytes as the last call: the same set
+            body = bodies.decode(raw, bodies.BackendsBody, f"load balancer {name} backends")
+            nodes = _sorted_unique(body.nodes)
+            self._last_backends = (raw, nodes)
+        lb = replace(lb, nodes=nodes)
         self._load_balancers[name] = lb
         self._lb_changed()
         # No body (as Octavia's batch member update): an answer echoing the load balancer
