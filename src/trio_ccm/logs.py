@@ -137,7 +137,10 @@ class _LineWriterFactory:
         self._handler = handler
 
     def __call__(self, *args: Any) -> _LineWriter:
-        name = args[0] if args and isinstance(args[0], str) else ""
+        if args and isinstance(args[0], str):
+            name = args[0]
+        else:  # `structlog.get_logger()`: named after its caller's module, as stdlib's factory
+            name = structlog.stdlib.LoggerFactory(ignore_frame_names=[__name__])(*args).name
         return _LineWriter(self._handler, name)
 
 

@@ -206,3 +206,14 @@ def test_a_failing_stream_never_raises_into_the_caller(
         for handler in list(logging.getLogger().handlers):
             if getattr(handler, "stream", None) is broken:
                 logging.getLogger().removeHandler(handler)
+
+
+def test_an_unnamed_logger_is_named_after_its_callers_module(
+    stream: Callable[..., io.StringIO],
+) -> None:
+    """`structlog.get_logger()` with no name logs under the calling module's name."""
+    out = stream()
+    configure_logging(verbosity=0, fmt="json", stream=out)
+    structlog.get_logger().info("x.unnamed")
+    [line] = _json_lines(out)
+    assert line["logger"] == __name__
