@@ -91,15 +91,57 @@ def configure_logging(*, verbosity: int = 0, fmt: str = "", stream: TextIO | Non
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 
+    # structlog's own events are rendered here and written by the handler's stream under
+    # its lock: the same line as through the formatter, without the stdlib record path (a
+    # LogRecord made twice, the caller's frame looked up), which cost 80 µs a line, a tenth
+    # of the CCM's CPU in a Node wave (docs/benchmarks.md, the seventh pass).
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
+        processors=[*shared, *renderer],
+        logger_factory=_LineWriterFactory(handler),
         wrapper_class=structlog.make_filtering_bound_logger(level),
         context_class=dict,
         # Off so that a second call (and structlog.testing.capture_logs) takes effect on
         # module-level loggers already used.
         cache_logger_on_first_use=False,
     )
+
+
+class _LineWriter:
+    """structlog's logger under `configure_logging`: writes each rendered line to the root
+    handler's stream, as the handler would (its lock, its terminator, a flush a line)."""
+
+    __slots__ = ("_handler", "name")
+
+    def __init__(self, handler: _StreamHandler, name: str) -> None:
+        self._handler = handler
+        self.name = name  # `add_logger_name` reads it
+
+    def msg(self, line: str) -> None:
+        handler = self._handler
+        handler.acquire()
+        try:
+            handler.stream.write(line + handler.terminator)
+            handler.flush()
+        except Exception:  # as logging.Handler.emit: a log line never raises
+            handler.handleError(logging.makeLogRecord({"msg": line}))
+        finally:
+            handler.release()
+
+    debug = info = warning = error = critical = exception = fatal = log = msg
+
+
+class _LineWriterFactory:
+    """A `_LineWriter` per logger name, for one handler."""
+
+    def __init__(self, handler: _StreamHandler) -> None:
+        self._handler = handler
+
+    def __call__(self, *args: Any) -> _LineWriter:
+        if args and isinstance(args[0], str):
+            name = args[0]
+        else:  # `structlog.get_logger()`: named after its caller's module, as stdlib's factory
+            name = structlog.stdlib.LoggerFactory(ignore_frame_names=[__name__])(*args).name
+        return _LineWriter(self._handler, name)
 
 
 def _isatty(stream: TextIO) -> bool:

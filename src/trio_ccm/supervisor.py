@@ -97,6 +97,11 @@ NODE_WATCH_REST_S: Final = 0.1
 heartbeats (333 a second at 100,000 Nodes) are then read in batches of what came meanwhile,
 not one wake-up each (most of the steady CPU; docs/benchmarks.md, "Steady CPU, fifth
 pass"). A Node's change reaches the controllers at most this much later."""
+LOOKUP_SPACING_S: Final = 0.5
+"""Per-Node cloud lookups start a bulk call at most this often (a lone lookup waits only
+--cloud-batch-window): a wave's lookups gather into one call each 0.5 s instead of one per
+four to six Nodes (cloud/batching.py; docs/benchmarks.md, the seventh pass). The Node actors
+that looked up wait for a write slot far longer than that in a wave."""
 CLOUD_PROBE_S: Final = 10.0
 """How long the start-up probe of the cloud (`check()`) may take before it is reported."""
 _MANAGER: Final = "cloud-controller-manager"
@@ -229,7 +234,10 @@ class _Replica:
         bulk = bulk_instances(self.cloud.instances) if self.cloud.instances is not None else None
         self.batcher = (
             MetadataBatcher(
-                bulk, window_s=settings.cloud_batch_window_s, max_batch=settings.cloud_batch_size
+                bulk,
+                window_s=settings.cloud_batch_window_s,
+                max_batch=settings.cloud_batch_size,
+                spacing_s=LOOKUP_SPACING_S,
             )
             if bulk is not None
             else None

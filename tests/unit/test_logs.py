@@ -184,3 +184,36 @@ def test_unknown_format_is_a_config_error(stream: Callable[..., io.StringIO]) ->
     """A format other than text, json or empty is refused with the flag named."""
     with pytest.raises(ConfigError, match="--logging-format=xml"):
         configure_logging(verbosity=0, fmt="xml", stream=stream())
+
+
+class BrokenStream(io.StringIO):
+    """A stream whose writes fail, as a closed pipe's would."""
+
+    def write(self, text: str) -> int:
+        raise OSError("broken pipe")
+
+
+def test_a_failing_stream_never_raises_into_the_caller(
+    stream: Callable[..., io.StringIO], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A structlog line that cannot be written is reported as logging does, not raised."""
+    broken = BrokenStream()
+    configure_logging(verbosity=0, fmt="json", stream=broken)
+    try:
+        structlog.get_logger("trio_ccm.test").info("x.lost")
+        assert "--- Logging error ---" in capsys.readouterr().err
+    finally:
+        for handler in list(logging.getLogger().handlers):
+            if getattr(handler, "stream", None) is broken:
+                logging.getLogger().removeHandler(handler)
+
+
+def test_an_unnamed_logger_is_named_after_its_callers_module(
+    stream: Callable[..., io.StringIO],
+) -> None:
+    """`structlog.get_logger()` with no name logs under the calling module's name."""
+    out = stream()
+    configure_logging(verbosity=0, fmt="json", stream=out)
+    structlog.get_logger().info("x.unnamed")
+    [line] = _json_lines(out)
+    assert line["logger"] == __name__

@@ -342,18 +342,19 @@ class _CloudNodeTerm:
                 "does not belong to this instance",
             )
             return None
-        addresses = addresses_for(node, metadata)
-        labels = self.labels_for(node, metadata)
-        patch = initialize_node(
-            taints=node.spec.taints,
-            remove_taint_key=TAINT_UNINITIALIZED,
-            provider_id=provider_id or None,
-            labels_seen=node.metadata.labels,
-            labels=labels,
-        )
         async with self.write_limiter:
+            # Built once the slot is ours: the Nodes waiting for one (up to
+            # WAVE_LOOKUPS_CAP) hold their answer, not their bodies too.
+            addresses = addresses_for(node, metadata)
             if addresses is not None:
                 await self.write_addresses(node, addresses)
+            patch = initialize_node(
+                taints=node.spec.taints,
+                remove_taint_key=TAINT_UNINITIALIZED,
+                provider_id=provider_id or None,
+                labels_seen=node.metadata.labels,
+                labels=self.labels_for(node, metadata),
+            )
             written = await self.patch(name, patch)
         age = self.age_s(node)
         if age is not None:

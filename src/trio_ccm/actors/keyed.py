@@ -30,9 +30,10 @@ child runs `handler(key, message)` under the shared `trio.CapacityLimiter`, so:
   queue again (a retry, a pushed message) are not counted, so they never keep a new key
   from starting: it queues behind them, as before. While the dispatcher waits, a value
   for a key whose child is idle reaches it when the dispatcher gets to it (mailbox order)
-  or at the child's idle deadline (a child looks at the mailbox before it exits),
+  or at the child's idle expiry (a child looks at the mailbox before it exits),
   whichever is first: it would have queued on the limiter behind the same wave;
-- a child with nothing to do exits after `idle_timeout_s`; a new message spawns it again. A
+- a child with nothing to do exits after `idle_timeout_s` (in ticks of `IDLE_TICK_S`: at
+  most that much later); a new message spawns it again. A
   child that exits (idle, or cancelled while failing) resets its key in the Backoff, so
   give each manager its own Backoff;
 - **shutdown**: a cancellation of `serve` stops idle and backing-off children at once, and
@@ -82,6 +83,9 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 U = TypeVar("U")
 ObjT = TypeVar("ObjT", bound=Object)
+
+IDLE_TICK_S = 1.0
+"""Idle children exit in ticks of this length: at most this much after their idle timeout."""
 
 ADMIT_BURST = 1000
 """Updates admitted per scheduler pass at most (about 1-2 ms: other tasks are not held up)."""
@@ -429,7 +433,9 @@ class KeyedActors(Generic[K, V]):
                 del self._parked[actor]
                 actor.wake()
             if next_deadline < math.inf:
-                await trio.sleep_until(next_deadline)
+                # In ticks: a wave's children, parked at as many moments, exit a tick's
+                # worth at a time instead of one timer wake-up each.
+                await trio.sleep_until(max(next_deadline, now + IDLE_TICK_S))
             else:
                 self._timer_wakeup = trio.Event()
                 await self._timer_wakeup.wait()

@@ -20,7 +20,13 @@ import trio.testing
 from structlog.testing import capture_logs
 
 from trio_ccm.actors.backoff import Backoff
-from trio_ccm.actors.keyed import ActorStatistics, GracefulCancelScope, KeyedActors, Reverify
+from trio_ccm.actors.keyed import (
+    IDLE_TICK_S,
+    ActorStatistics,
+    GracefulCancelScope,
+    KeyedActors,
+    Reverify,
+)
 from trio_ccm.base.mailbox import Mailbox
 from trio_ccm.cloud.provider import OutcomeUnknownError
 from trio_ccm.errors import RetryAfter
@@ -841,3 +847,21 @@ async def test_children_queueing_again_do_not_keep_a_new_key_from_starting(
                     mailbox.put("new", 1)
                 await trio.sleep(0.5)
     assert handler.times("new") == [4.0]
+
+
+async def test_children_parked_close_together_exit_in_one_tick(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten children parked 0.1 s apart: the first exits at its deadline, the rest together
+    one tick (IDLE_TICK_S) later, never before their own deadline."""
+    handler = Recorder()
+    actors = make(handler, idle_timeout_s=5.0)
+    mailbox: Mailbox[str, object] = Mailbox()
+    alive: dict[float, int] = {}
+    with trio.fail_after(LIMIT_S):
+        async with serving(actors, mailbox):
+            await feed(mailbox, [(i / 10, f"k{i}", 1) for i in range(10)])
+            for at in (4.95, 5.05, 5.95, 5.0 + IDLE_TICK_S + 0.05):
+                await trio.sleep_until(at)
+                alive[at] = len(actors)
+    assert alive == {4.95: 10, 5.05: 9, 5.95: 9, 5.0 + IDLE_TICK_S + 0.05: 0}

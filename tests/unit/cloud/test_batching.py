@@ -193,6 +193,41 @@ async def test_window_timing(
     assert sorted(lookups.answers) == sorted(name for name, _ in plan)
 
 
+@pytest.mark.parametrize(
+    ("plan", "calls"),
+    [
+        pytest.param(
+            [(f"n{i:02d}", i * 0.01) for i in range(50)],
+            [(0.015, 2), (0.215, 20), (0.415, 20), (0.615, 8)],
+            id="a-stream-of-lookups-gathers-into-a-call-per-spacing",
+        ),
+        pytest.param(
+            [("a", 0.0), ("b", 1.0)],
+            [(0.015, 1), (1.015, 1)],
+            id="a-lookup-after-a-quiet-spell-waits-only-its-window",
+        ),
+        pytest.param(
+            [("a", 0.0), ("b", 0.1)],
+            [(0.015, 1), (0.215, 1)],
+            id="a-lookup-soon-after-a-call-waits-for-the-spacing",
+        ),
+    ],
+)
+async def test_spacing_gathers_a_stream_of_lookups(
+    autojump_clock: trio.testing.MockClock,
+    plan: list[tuple[str, float]],
+    calls: list[tuple[float, int]],
+) -> None:
+    """With spacing_s=0.2, bulk calls start at least 0.2 s apart; a lone lookup is not delayed."""
+    bulk = FakeBulk()
+    lookups = Lookups(MetadataBatcher(bulk, window_s=0.015, spacing_s=0.2))
+    with trio.fail_after(LIMIT_S):
+        await lookups.run(plan)
+    assert [t for t, _ in bulk.calls] == pytest.approx([t for t, _ in calls])
+    assert [len(asked) for _, asked in bulk.calls] == [n for _, n in calls]
+    assert sorted(lookups.answers) == sorted(name for name, _ in plan)
+
+
 async def test_missing_node_is_instance_not_found(autojump_clock: trio.testing.MockClock) -> None:
     """A Node absent from the bulk answer raises InstanceNotFoundError naming it; others succeed."""
     bulk = FakeBulk(missing=frozenset({"node-b"}))
