@@ -262,8 +262,11 @@ class Http1StatusWriter:
 
     def __init__(self, pool: Http1Pool, *, host: str, user_agent: str) -> None:
         self._pool = pool
-        common = [(b"host", host.encode()), (b"accept", b"application/json")]
-        common.append((b"user-agent", user_agent.encode()))
+        common = [
+            (b"host", host.encode()),
+            (b"accept", b"application/json"),
+            (b"user-agent", user_agent.encode()),
+        ]
         self._headers = [*common, (b"content-type", STRATEGIC.encode())]
         self._create_headers = [*common, (b"content-type", b"application/json")]
 
