@@ -42,6 +42,10 @@ For each N (default 1,000, 5,000, 20,000 and 100,000), in a fresh world:
      2 writes per Node at 200/s with a burst of 400, (2,000 - 400)/200 = 8 s
      (`join_qps_bound_s`); `join_cpu_pct`: each process's CPU over the join (the emulator,
      the kubelets and cloud, the CCM; % of a core), which says what bound it;
+     `join_writes`: the CCM's PATCH and PUT requests over the join from its client metrics,
+     their mean round trip and mean wait for a QPS token (ms): each Node holds one of the
+     `--concurrent-node-syncs` slots for its two writes, so the slots bound the join at
+     slots / (2 x round trip) Nodes a second;
    - `nodeset_push_s`: from the same start until the last `SetLoadBalancerBackends`, once
      every load balancer has had one and the load-balancer calls have been quiet for 5 s;
      every load balancer is then checked to hold the N + 1,000 Nodes (three of them above
@@ -159,6 +163,7 @@ class Run:
     join_qps_bound_s: float = 0.0
     join_cloud_calls: int = 0
     join_cpu_pct: dict[str, float] = field(default_factory=dict)  # per process, over the join
+    join_writes: dict[str, float] = field(default_factory=dict)  # the CCM's, over the join
     nodeset_push_s: float = 0.0
     nodeset_backend_calls: int = 0
     nodeset_lb_budget_bound_s: float = 0.0
@@ -451,6 +456,31 @@ async def ccm_counters(port: int, client: httpx.AsyncClient | None = None) -> di
     return counts
 
 
+WRITE_VERBS: Final = ("PATCH", "PUT")
+"""The verbs of a Node's initialisation (its status patch and its labels and taint)."""
+
+
+async def ccm_writes(port: int) -> dict[str, float]:
+    """The CCM's kube writes so far, from its client metrics: how many (`count`), their
+    round trips and their waits for the client's QPS tokens, summed (`rtt_s`, `queued_s`);
+    {} on failure."""
+    sums = dict.fromkeys(("count", "rtt_s", "queued_s"), 0.0)
+    names = {
+        "rest_client_request_duration_seconds_count": "count",
+        "rest_client_request_duration_seconds_sum": "rtt_s",
+        "rest_client_rate_limiter_duration_seconds_sum": "queued_s",
+    }
+    with contextlib.suppress(httpx.HTTPError):
+        async with httpx.AsyncClient(verify=False) as client:  # noqa: S501 - the CCM's own cert
+            response = await client.get(f"https://127.0.0.1:{port}/metrics")
+        for line in response.text.splitlines():
+            name = line.split("{")[0]
+            if name in names and any(f'verb="{verb}"' in line for verb in WRITE_VERBS):
+                sums[names[name]] += float(line.rsplit(" ", 1)[1])
+        return sums
+    return {}
+
+
 async def nodes_without_pod_cidr(api: httpx.AsyncClient) -> int:
     """A paged list of every Node (once the wave is done): how many have no pod CIDR yet."""
     missing, token = 0, ""
@@ -615,7 +645,7 @@ async def measured_ccm(
             f"{sizes.join:,} Nodes join"
         )
         pids = {**world, "ccm": ccm.pid}
-        await join_and_push(run, sizes, api, cloud, len(calls), pids, tmp)
+        await join_and_push(run, sizes, api, cloud, len(calls), pids, tmp, ccm_port=port)
         say(
             f"join {run.join_1000_s:.1f} s (registered after {run.join_registered_s:.1f} s), "
             f"node-set push {run.nodeset_push_s:.1f} s"
@@ -678,7 +708,7 @@ async def measured_wave(
         run.ready_s = time.monotonic() - t0
         say(f"CCM ready after {run.ready_s:.1f} s; the wave")
         nodes_done = lbs_done = 0.0
-        shown = asked = time.monotonic()
+        shown, asked, asked_counted = time.monotonic(), -math.inf, False
         counts: dict[str, float] = {}
         async with httpx.AsyncClient(verify=False) as metrics:  # noqa: S501 - the CCM's cert
             with trio.move_on_after(sizes.wave_limit_s):
@@ -686,15 +716,17 @@ async def measured_wave(
                     await trio.sleep(1.0)
                     counts = await ccm_counters(port, metrics) or counts
                     # Whether any Node still lacks the label is asked of the API only once the
-                    # CCM counts every Node initialised, and then every 5 s: the emulator finds
-                    # the first such Node by a scan from the first key, and at 80,000 Nodes
-                    # initialised that scan cost it 3 s of CPU, every second, beside the wave.
-                    # (A count by a label selector has no remainingItemCount.)
+                    # CCM counts every Node initialised (then every 5 s), and once a minute
+                    # meanwhile: the emulator finds the first such Node by a scan from the
+                    # first key, and at 80,000 Nodes initialised that scan cost it 3 s of CPU,
+                    # every second, beside the wave. (A count by a label selector has no
+                    # remainingItemCount.)
                     since = time.monotonic() - asked
+                    counted = counts.get(INITIALISED_METRIC, 0) >= n
                     if not nodes_done and (
-                        (counts.get(INITIALISED_METRIC, 0) >= n and since >= 5) or since >= 60
+                        (counted and (since >= 5 or not asked_counted)) or since >= 60
                     ):
-                        asked = time.monotonic()
+                        asked, asked_counted = time.monotonic(), counted
                         if not await count_nodes(api, f"!{TAINTLESS_LABEL}"):
                             nodes_done = asked - t0
                     if not lbs_done:
@@ -831,15 +863,20 @@ async def join_and_push(
     mark: int,
     pids: dict[str, int],
     tmp: Path,
+    *,
+    ccm_port: int | None = None,
 ) -> None:
     """Add `sizes.join` instances; time their Nodes' initialisation and the node-set pass.
     `pids`: the processes whose CPU over the join is reported (`join_cpu_pct`: which of
     them, if any, was busy all along). The cloud's calls from the join's start are kept in
-    `tmp/join-cloud-calls.json` (with `--keep`: when each lookup came, at what pace)."""
+    `tmp/join-cloud-calls.json` (with `--keep`: when each lookup came, at what pace). With
+    `ccm_port`, the CCM's kube writes over the join (`join_writes`: how many, their mean
+    round trip and mean wait for a QPS token, in ms): what bounds a Node's two writes."""
     n, join = run.nodes, sizes.join
     t0_wall = time.time()
     t0 = time.monotonic()
     cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    writes0 = await ccm_writes(ccm_port) if ccm_port else {}
     # Timed by a watch of the Nodes lacking the label (the new ones until the CCM
     # initialises them): no scan of every Node per poll in the process that answers the CCM.
     since = (await api.get("/api/v1/nodes", params={"limit": "1"})).json()["metadata"]
@@ -855,6 +892,16 @@ async def join_and_push(
     run.join_cpu_pct = {
         name: round(100 * (cpu_seconds(pid) - cpu0[name]) / took, 1) for name, pid in pids.items()
     }
+    writes1 = await ccm_writes(ccm_port) if ccm_port else {}
+    if writes0 and writes1:
+        count = writes1["count"] - writes0["count"]
+        run.join_writes = {
+            "writes": count,
+            "rtt_ms": round(1000 * (writes1["rtt_s"] - writes0["rtt_s"]) / max(count, 1), 1),
+            "queued_ms": round(
+                1000 * (writes1["queued_s"] - writes0["queued_s"]) / max(count, 1), 1
+            ),
+        }
     run.join_registered_s = joined.registered_at - t0
     run.join_1000_s = joined.done_at - t0
     run.join_qps_bound_s = max(0.0, (JOIN_WRITES_PER_NODE * join - QPS[1]) / QPS[0])
@@ -993,6 +1040,8 @@ def print_table(runs: list[Run]) -> None:
         )
         if r.join_cpu_pct:
             print(f"  CPU over the join, % of a core: {r.join_cpu_pct}")
+        if r.join_writes:
+            print(f"  the CCM's kube writes over the join (mean ms): {r.join_writes}")
         for text in r.slowest_requests:
             print(f"  emulator's slow request: {text}")
 
@@ -1013,6 +1062,7 @@ def initialised_figures(runs: list[Run]) -> dict[str, Any]:
         "join_posted_s": round(largest.join_posted_s, 2),
         "join_qps_bound_s": largest.join_qps_bound_s,
         "join_cpu_pct": largest.join_cpu_pct,
+        "join_writes": largest.join_writes,
         "nodeset_push_s": round(largest.nodeset_push_s, 2),
         "nodeset_backend_calls": largest.nodeset_backend_calls,
         "go_calls_per_period": largest.go_calls_per_period,
