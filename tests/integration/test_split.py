@@ -93,6 +93,22 @@ async def test_a_slow_request_is_logged_with_what_it_asked(
     assert slow[0]["seconds"] == pytest.approx(delay_s)
 
 
+async def test_the_cpu_clock_is_read_at_most_once_per_mark_period(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The emulator reads its thread's CPU clock (a system call) for the first request of
+    each `CPU_MARK_S`, not for every request; a slow request's CPU counts from that mark."""
+    api = TimedApiServer(seed=1)
+    marks = []
+    async with httpx.AsyncClient(transport=api.transport(), base_url="http://emulator") as client:
+        for pause_s in (0.0, 0.0, api.CPU_MARK_S / 2, api.CPU_MARK_S):
+            await trio.sleep(pause_s)
+            assert (await client.get("/api/v1/nodes")).status_code == 200
+            marks.append(api._mark[0])
+    start = marks[0]
+    assert marks == [start, start, start, pytest.approx(start + 1.5 * api.CPU_MARK_S)]
+
+
 @pytest.mark.parametrize(
     ("counts", "lines"),
     [
