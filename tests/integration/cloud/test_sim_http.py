@@ -95,8 +95,8 @@ async def test_unreachable_cloud_fails_initialize() -> None:
 async def test_a_node_set_is_encoded_once_for_the_load_balancers_given_it(
     nursery: trio.Nursery,
 ) -> None:
-    """Load balancers given one tuple of views share one encoding of its names; another
-    tuple, or a list changed in place, sends its own names."""
+    """Load balancers given one tuple of views share one encoding of its names (and one
+    backends body); another tuple, or a list changed in place, sends its own names."""
     cloud = SimCloud(seed=2)
     listening: Listening = await nursery.start(functools.partial(serve_sim_cloud, cloud))
     provider = from_config(cloud_config(listening.url, replica="ccm-http"))
@@ -126,6 +126,7 @@ async def test_a_node_set_is_encoded_once_for_the_load_balancers_given_it(
         for service in services:
             await lbs.update_load_balancer("k", service, second)
         assert [backends(s) for s in services] == [("node-0", "node-1", "node-9")] * 3
+        assert lbs.names.bodies == 1  # the three calls sent one body
         await lbs.update_load_balancer("k", services[0], changing)
         changing[0] = NodeInfo(name="node-5")
         await lbs.update_load_balancer("k", services[0], changing)
@@ -133,3 +134,4 @@ async def test_a_node_set_is_encoded_once_for_the_load_balancers_given_it(
         await provider.aclose()
     assert shared == 1
     assert lbs.names.encodings == 4  # first, second, and the list twice
+    assert lbs.names.bodies == 3  # second's, and the list's twice

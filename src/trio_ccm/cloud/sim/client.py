@@ -127,11 +127,12 @@ class SimClient:
         path: str,
         *,
         params: Mapping[str, str] | None = None,
-        body: msgspec.Struct | None = None,
+        body: msgspec.Struct | bytes | None = None,
         missing_ok: bool = False,
     ) -> httpx.Response | None:
-        """Make cloud call `method` on `target`; None for a 404 when `missing_ok`."""
-        content = None if body is None else msgspec.json.encode(body)
+        """Make cloud call `method` on `target`; None for a 404 when `missing_ok`. `body`
+        is encoded as JSON, or sent as it is when it is JSON already (`bytes`)."""
+        content = body if body is None or isinstance(body, bytes) else msgspec.json.encode(body)
         headers = {} if body is None else {"Content-Type": "application/json"}
         write = verb not in _READS
         response: httpx.Response | None = None
