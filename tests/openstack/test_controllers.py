@@ -220,9 +220,10 @@ async def test_lifecycle(openstack: Any, tmp_path: Path) -> None:
 
 
 async def test_routes_and_network_unavailable(openstack: Any, tmp_path: Path) -> None:
-    """Each Node's pod CIDR is routed on the cluster router to its fixed IP (one batched
-    add_extraroutes), the CIDR is in the port's allowed address pairs, a blackhole route
-    inside the cluster CIDR is removed, and NetworkUnavailable turns False."""
+    """Each Node's pod CIDR is routed on the cluster router to its fixed IP (by
+    add_extraroutes, never more than one call per Node), the CIDR is in the port's allowed
+    address pairs, a blackhole route inside the cluster CIDR is removed, and
+    NetworkUnavailable turns False."""
     servers = await boot(openstack, "test-route-a", "test-route-b")
     conn = openstack.sdk()
     router_path = f"/v2.0/routers/{openstack.router_id}"
@@ -265,10 +266,12 @@ async def test_routes_and_network_unavailable(openstack: Any, tmp_path: Path) ->
             ("10.244.1.0/24", fixed_ip(servers[0])),
             ("10.244.2.0/24", fixed_ip(servers[1])),
         ]
-        assert (
-            calls[f"network:PUT:{router_path}/add_extraroutes".replace(openstack.router_id, "{id}")]
-            == 1
-        )
+        # One call when both Nodes are routable in the same pass; on a loaded machine they
+        # may come a pass apart (seen on main: 2 calls). The batching itself is pinned
+        # under a mock clock in tests/unit/cloud/test_openstack_route_batches.py.
+        add_path = f"{router_path}/add_extraroutes".replace(openstack.router_id, "{id}")
+        adds = calls[f"network:PUT:{add_path}"]
+        assert 1 <= adds <= len(servers)
         for i, server in enumerate(servers, start=1):
             (port,) = list(conn.network.ports(device_id=server["id"]))
             assert {"ip_address": f"10.244.{i}.0/24"} in [
