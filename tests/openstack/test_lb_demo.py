@@ -27,7 +27,7 @@ from trio_ccm_testbed.openstack.bootstrap import EXTERNAL_CIDR
 pytestmark = CUT_REPLICA_WARNINGS
 
 CLUSTER = "lbdemo"
-SERVICES = 2
+SERVICES = 1  # each is one more load balancer for the one serial Octavia worker
 
 
 async def no_signals() -> AsyncIterator[int]:
