@@ -5,6 +5,7 @@ collector tuning, at small sizes."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import gc
 import json
 import signal
@@ -25,6 +26,7 @@ from trio_ccm.kube.patches import STRATEGIC, JSONValue, Patch
 from trio_ccm_testbed.apiserver import ApiServer, serve_apiserver
 from trio_ccm_testbed.cloud import SimCloud
 from trio_ccm_testbed.split import (
+    Http1Pool,
     LagWatch,
     TimedApiServer,
     kubelets_client,
@@ -275,6 +277,80 @@ async def test_status_writer_registers_as_the_kube_client_would_and_maps_a_confl
         for n in nodes
     ]
     assert kept[0] == kept[1]
+
+
+async def _scripted_server(
+    nursery: trio.Nursery, answers: list[list[bytes]]
+) -> tuple[int, list[int]]:
+    """A loopback server: its n-th connection sends `answers[n]`, one item per request read
+    (an item ending the connection after it is sent when it is not a whole answer), then
+    closes. Returns the port and the requests read per connection."""
+    read: list[int] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        index = len(read)
+        read.append(0)
+        script = answers[index] if index < len(answers) else []
+        buffer = b""
+        async with stream:
+            for item in script:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(buffer) < length:
+                    buffer += await stream.receive_some(65536)
+                buffer = buffer[length:]
+                read[index] += 1
+                await stream.send_all(item)
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return listeners[0].socket.getsockname()[1], read
+
+
+OK_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+
+
+@pytest.mark.parametrize(
+    ("answers", "outcome", "reads"),
+    [
+        pytest.param(
+            [[OK_ANSWER], [OK_ANSWER]], 200, [1, 1], id="idle-connection-closed-sent-again"
+        ),
+        pytest.param(
+            [[OK_ANSWER], []], "before answering", [1, 0], id="a-new-connection-closed-raises"
+        ),
+        pytest.param(
+            [[OK_ANSWER, b"HTTP/1.1 200 OK\r\ncontent-le"]],
+            "mid-answer",
+            [2],
+            id="closed-mid-answer-not-sent-again",
+        ),
+    ],
+)
+async def test_a_kept_connection_the_server_closed_is_replaced_once(
+    answers: list[list[bytes]], outcome: int | str, reads: list[int]
+) -> None:
+    """The kubelets' lean pool sends a request again on a new connection when the kept one
+    was closed by the server before any byte of the answer (its keep-alive timeout: it read
+    nothing); a new connection closed, or an answer cut short, is raised, not retried."""
+    with trio.fail_after(LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            port, read = await _scripted_server(nursery, answers)
+            pool = Http1Pool("127.0.0.1", port, size=1)
+            first = await pool.exchange("PATCH", "/a", [], b"{}")
+            assert first[0] == 200
+            if isinstance(outcome, int):
+                assert (await pool.exchange("PATCH", "/b", [], b"{}"))[0] == outcome
+            else:
+                with pytest.raises(httpx.RemoteProtocolError, match=outcome):
+                    await pool.exchange("PATCH", "/b", [], b"{}")
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
+    assert read == reads
 
 
 def _spawn(args: list[str], err: Path) -> subprocess.Popen[str]:

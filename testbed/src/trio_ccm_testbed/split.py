@@ -213,17 +213,29 @@ class Http1Pool(httpx.AsyncBaseTransport):
         head.append(b"content-length: %d" % len(body))
         wire = b"\r\n".join(head) + b"\r\n\r\n" + body
         async with self._slots:
-            stream, buffer = (
-                self._idle.pop()
-                if self._idle
-                else (await trio.open_tcp_stream(self._host, self._port), bytearray())
-            )
-            try:
-                await stream.send_all(wire)
-                status, answer, content, keep = await _read_answer(stream, buffer)
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
+            while True:
+                reused = bool(self._idle)
+                stream, buffer = (
+                    self._idle.pop()
+                    if reused
+                    else (await trio.open_tcp_stream(self._host, self._port), bytearray())
+                )
+                try:
+                    await stream.send_all(wire)
+                    status, answer, content, keep = await _read_answer(stream, buffer)
+                except (_NoAnswer, trio.BrokenResourceError):
+                    await trio.aclose_forcefully(stream)
+                    if reused and not buffer:
+                        # The server had closed this idle connection (its keep-alive
+                        # timeout) as we sent: it read nothing, so the request goes again
+                        # on a new connection, as HTTP clients do. A new connection's
+                        # failure is raised.
+                        continue
+                    raise
+                except BaseException:
+                    await trio.aclose_forcefully(stream)
+                    raise
+                break
             if keep:
                 self._idle.append((stream, buffer))
             else:
@@ -235,6 +247,10 @@ class Http1Pool(httpx.AsyncBaseTransport):
             await trio.aclose_forcefully(self._idle.pop()[0])
 
 
+class _NoAnswer(httpx.RemoteProtocolError):
+    """The server closed the connection before any byte of an answer."""
+
+
 async def _read_answer(
     stream: trio.SocketStream, buffer: bytearray
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
@@ -242,6 +258,8 @@ async def _read_answer(
     while (end := buffer.find(b"\r\n\r\n")) < 0:
         chunk = await stream.receive_some(65536)
         if not chunk:
+            if not buffer:
+                raise _NoAnswer("the server closed the connection before answering")
             raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
         buffer += chunk
     lines = bytes(buffer[:end]).split(b"\r\n")
