@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 import msgspec
 import trio
@@ -27,6 +28,7 @@ import trio
 from trio_ccm import httpsend
 from trio_ccm._version import __version__
 from trio_ccm.base.pacing import Gathering
+from trio_ccm.kube import chunked
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
 from trio_ccm.kube.errors import (
     QUOTED_BYTES,
@@ -171,6 +173,8 @@ class KubeClient:
         # A metric's child per label values (this client's host last): prometheus_client
         # checks and looks the values up on every `labels()`, three times a request.
         self._children: dict[tuple[Any, ...], Any] = {}
+        self.raw_watches = 0
+        """Watches whose body was read below httpx (`kube/chunked.py`)."""
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -540,19 +544,30 @@ class KubeClient:
                     await trio.sleep(pause)
                     gathering.woke(trio.current_time())
 
-        # httpx's byte iterator is an async generator: closed here, never left to the GC.
-        stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        raw = chunked.raw_body(response)
+        stream: chunked.RawBody | AsyncGenerator[bytes, None]
+        if raw is not None:
+            # Read below httpx: one piece per gathered read of the connection
+            # (`kube/chunked.py`); the connection is closed with the answer, never reused.
+            self.raw_watches += 1
+            stream = raw
+        else:
+            # httpx's byte iterator, one piece per HTTP chunk: an async generator, closed
+            # below, never left to the GC.
+            stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
         async with contextlib.aclosing(stream) as chunks:
             while True:
                 try:
                     chunk = await anext(chunks)
                 except StopAsyncIteration:
                     return
-                except httpx.TransportError as exc:
+                except (httpx.TransportError, httpcore.ReadError, httpcore.ReadTimeout) as exc:
                     # A reset or truncated stream mid-watch: a connection error like any other.
                     raise KubeConnectionError(
                         f"WATCH {path}: {explain_connection_error(self.config, exc)}"
                     ) from exc
+                except chunked.ChunkedError as exc:
+                    raise KubeConnectionError(f"WATCH {path}: {self.config.server}: {exc}") from exc
                 if b"\n" not in chunk:
                     pending += chunk
                     continue
