@@ -36,12 +36,14 @@ pool (httpcore's `_response_closed`: a connection whose h11 state is not DONE is
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
 import h11
 import httpcore
 import httpx
+import trio
 
 __all__ = ["ChunkedBody", "ChunkedError", "RawBody", "raw_body"]
 
@@ -242,11 +244,24 @@ class RawBody:
 
 def _more_waiting(stream: Any) -> Callable[[], bool]:
     """Whether more bytes wait on `stream` (an httpcore network stream): decrypted TLS bytes
-    not taken, or bytes on the socket."""
+    not taken, TLS records trio has taken off the socket and not decrypted yet, or bytes on
+    the socket.
+
+    trio's `SSLStream` takes up to 64 KiB off the socket into its `MemoryBIO` and each read
+    decrypts one record (an event, as an API server writes them), so after a read the
+    socket is often empty while records wait in that buffer: without looking there a
+    gathered read would stop after one event. The buffer is found where trio 0.2x keeps it
+    (`SSLStream._incoming`, under httpcore's `TrioStream._stream`), checked by type; when it
+    is not there, the socket and the TLS object are asked, as before."""
     ssl_object = stream.get_extra_info("ssl_object")
+    inner = getattr(stream, "_stream", None)
+    incoming = getattr(inner, "_incoming", None) if isinstance(inner, trio.SSLStream) else None
+    bio = incoming if isinstance(incoming, ssl.MemoryBIO) else None
 
     def waiting() -> bool:
         if ssl_object is not None and ssl_object.pending():
+            return True
+        if bio is not None and bio.pending:
             return True
         return bool(stream.get_extra_info("is_readable"))
 
