@@ -23,6 +23,7 @@ import trustme
 from trio_ccm.kube.client import KubeClient, open_kube_client
 from trio_ccm.kube.config import ConnectionConfig, StaticCredentials, load_kubeconfig
 from trio_ccm.kube.errors import KubeConnectionError
+from trio_ccm.kube.informer import Informer
 from trio_ccm.kube.objects import NODES, Node, Watched
 from trio_ccm_testbed.apiserver import ApiServer
 from trio_ccm_testbed.apiserver.listener import serve_apiserver
@@ -236,3 +237,34 @@ async def test_the_emulators_watch_over_tls_is_read_below_httpx(
                     names.extend(e.object.metadata.name for e in batch)
             assert client.raw_watches == 1
     assert names == [f"n{i}" for i in range(200)]
+
+
+async def test_the_node_informer_over_tls_follows_changes_read_below_httpx(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The Node informer (resting reader, as the CCM runs it) against the emulator over TLS:
+    Nodes changed while it watches are in its cache, the watch read below httpx."""
+    server = ApiServer(seed=1)
+    for i in range(50):
+        server.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"}})
+    listening = await nursery.start(functools.partial(serve_apiserver, server, tls=True))
+    config = load_kubeconfig(listening.write_kubeconfig(tmp_path / "kubeconfig"))
+    with trio.fail_after(30):
+        async with open_kube_client(config, qps=0) as client, trio.open_nursery() as inner:
+            informer = Informer(client, NODES, Node, watch_rest_s=0.05)
+            await inner.start(informer.serve)
+            await informer.wait_synced()
+            async with informer.subscription() as mailbox:
+                while len(mailbox):  # the first fill: every cached key
+                    mailbox.get_nowait()
+                for i in range(50, 120):
+                    server.create(
+                        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{i}"}}
+                    )
+                added: set[str] = set()
+                while len(added) < 70:
+                    added.update(key for key, _ in await mailbox.get_batch(1000))
+            assert added == {f"n{i}" for i in range(50, 120)}
+            assert client.raw_watches >= 1
+            inner.cancel_scope.cancel()
+    assert {n.metadata.name for n in informer.items()} == {f"n{i}" for i in range(120)}
