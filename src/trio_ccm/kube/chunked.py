@@ -9,10 +9,10 @@ steady CPU (docs/benchmarks.md, "Steady CPU, fifth pass").
 
 `raw_body(response)` takes over a streamed answer whose headers are in: it reads the
 connection's network stream (httpcore's `network_stream` extension) directly, first what
-h11 had already buffered past the headers, then large reads, also while more is already
-waiting (a TLS record per read otherwise: the socket or the TLS layer says so), and
-`ChunkedBody` strips the chunked framing, so one read of many events is one piece of body
-(one decode, one batch for the watch).
+h11 had already buffered past the headers, then large reads, taken back to back while more
+is already waiting (over TLS a read gives one record, an event: the records trio already
+holds are decrypted at once, `_Pending`), and `ChunkedBody` strips the chunked framing, so
+one wake-up's events are one piece of body (one decode, one batch for the watch).
 
 What it relies on in httpx 0.28 / httpcore 1.0 / h11 0.16, each checked (`raw_body` answers
 None, and the caller reads through httpx as before, when one does not hold):
@@ -21,7 +21,9 @@ None, and the caller reads through httpx as before, when one does not hold):
   over `HTTP11ConnectionByteStream`, whose connection (`AsyncHTTP11Connection`) holds the
   h11 state machine and the network stream the extension names (the same object);
 - h11 is in the body (`SEND_BODY`) with a `ChunkedReader` that has read nothing yet, so
-  everything past the headers is in its buffer (`Connection.trailing_data`, public).
+  everything past the headers is in its buffer (`Connection.trailing_data`, public);
+- over TLS, trio's `SSLStream` keeps the bytes it took off the socket in `_incoming` (a
+  `MemoryBIO`; when not, TLS records are read through trio one at a time, as before).
 
 An in-process transport (the tests' emulator, the benches' replays) has none of this: its
 answers are read through httpx, with no warning. A real httpx transport whose insides
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable
 from typing import Any, Final
 
 import h11
@@ -195,7 +196,7 @@ class RawBody:
         self._first: bytes | None = first
         self._closed = closed  # the server had closed its side already
         self._body = ChunkedBody()
-        self._waiting = _more_waiting(stream)
+        self._pending = _Pending(stream)
 
     def __aiter__(self) -> RawBody:
         return self
@@ -228,44 +229,65 @@ class RawBody:
             self._closed = True
             self._body.end()
             return b""
-        if not self._waiting():
-            return bytes(data)
+        pending = self._pending
         parts = [data]
         gathered = len(data)
-        while gathered < GATHER_BYTES and self._waiting():
-            more = await self._stream.read(READ_BYTES)
+        while gathered < GATHER_BYTES:
+            more = pending.decrypted()
             if not more:
-                self._closed = True  # the end: parsed with what came before it
-                break
+                if not pending.waiting():
+                    break
+                more = await self._stream.read(READ_BYTES)
+                if not more:
+                    self._closed = True  # the end: parsed with what came before it
+                    break
             parts.append(more)
             gathered += len(more)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _more_waiting(stream: Any) -> Callable[[], bool]:
-    """Whether more bytes wait on `stream` (an httpcore network stream): decrypted TLS bytes
-    not taken, TLS records trio has taken off the socket and not decrypted yet, or bytes on
-    the socket.
+class _Pending:
+    """What more waits on an httpcore network stream, and the TLS records trio holds.
 
-    trio's `SSLStream` takes up to 64 KiB off the socket into its `MemoryBIO` and each read
-    decrypts one record (an event, as an API server writes them), so after a read the
-    socket is often empty while records wait in that buffer: without looking there a
-    gathered read would stop after one event. The buffer is found where trio 0.2x keeps it
-    (`SSLStream._incoming`, under httpcore's `TrioStream._stream`), checked by type; when it
-    is not there, the socket and the TLS object are asked, as before."""
-    ssl_object = stream.get_extra_info("ssl_object")
-    inner = getattr(stream, "_stream", None)
-    incoming = getattr(inner, "_incoming", None) if isinstance(inner, trio.SSLStream) else None
-    bio = incoming if isinstance(incoming, ssl.MemoryBIO) else None
+    trio's `SSLStream` takes up to 64 KiB off the socket into its `MemoryBIO`, and each of
+    its reads decrypts one record (an event, as an API server writes them) and passes
+    through the scheduler: after a read the socket is often empty while records wait in
+    that buffer. `waiting` looks there too (else a gathered read would stop after one
+    event), and `decrypted` decrypts the records already there at once, with the TLS
+    object httpcore's extension hands out (`ssl_object`), so a wake-up's records cost one
+    pass through the scheduler, not one each. The buffer is found where trio 0.2x/0.3x
+    keeps it (`SSLStream._incoming`, under httpcore's `TrioStream._stream`), checked by
+    type; when it is not there, or a TLS error other than "a record is not whole" comes
+    up, every read goes through trio as before (which then reports that error)."""
 
-    def waiting() -> bool:
-        if ssl_object is not None and ssl_object.pending():
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._ssl: ssl.SSLObject | None = stream.get_extra_info("ssl_object")
+        inner = getattr(stream, "_stream", None)
+        incoming = getattr(inner, "_incoming", None) if isinstance(inner, trio.SSLStream) else None
+        self._bio = incoming if isinstance(incoming, ssl.MemoryBIO) else None
+
+    def waiting(self) -> bool:
+        """Decrypted TLS bytes not taken, TLS bytes trio holds, or bytes on the socket."""
+        if self._ssl is not None and self._ssl.pending():
             return True
-        if bio is not None and bio.pending:
+        if self._bio is not None and self._bio.pending:
             return True
-        return bool(stream.get_extra_info("is_readable"))
+        return bool(self._stream.get_extra_info("is_readable"))
 
-    return waiting
+    def decrypted(self) -> bytes:
+        """The next TLS record trio has taken off the socket, decrypted now; b"" when no
+        whole record is there (or on plain TCP)."""
+        tls, bio = self._ssl, self._bio
+        if tls is None or bio is None or not (bio.pending or tls.pending()):
+            return b""
+        try:
+            return tls.read(READ_BYTES)
+        except ssl.SSLWantReadError:
+            return b""  # a record not whole yet
+        except ssl.SSLError:
+            self._bio = None  # from now on through trio, whose next read reports it
+            return b""
 
 
 def _internals() -> tuple[type[Any], ...] | None:

@@ -55,6 +55,12 @@ class _Script:
     headers: bytes = HEADERS
     connections: int = 0
     client_closed: trio.Event = field(default_factory=trio.Event)
+    sent: int = 0  # pieces sent after the headers
+    progress: trio.Event = field(default_factory=trio.Event)
+
+    async def wait_sent(self, count: int) -> None:
+        while self.sent < count:
+            await self.progress.wait()
 
     async def send(self, piece: bytes | None) -> None:
         await self.pieces.send(piece)
@@ -78,6 +84,9 @@ class _Script:
                 if piece is None:
                     break
                 await stream.send_all(piece)
+                self.sent += 1
+                self.progress.set()
+                self.progress = trio.Event()
             nursery.cancel_scope.cancel()
         if isinstance(stream, trio.SSLStream):
             await stream.transport_stream.aclose()  # no close_notify: a cut connection
@@ -150,6 +159,22 @@ async def test_a_read_of_many_chunks_is_one_batch_and_the_connection_is_closed(t
                 assert _rvs([batch async for batch in batches]) == [[6]]
             assert script.connections == 2
             assert client.raw_watches == 2
+
+
+@pytest.mark.parametrize("tls", TLS)
+async def test_chunks_sent_apart_and_waiting_are_one_batch(tls: bool) -> None:
+    """Five chunks sent one at a time (over TLS, five records) while the reader was not
+    reading come as one batch."""
+    with trio.fail_after(20):
+        async with _scripted(tls) as (script, client):
+            await script.send(_chunk(_line(2)))
+            async with client.watch_batches_as(NODES, Node, resource_version="1") as batches:
+                first = await anext(batches)
+                for rv in range(3, 8):
+                    await script.send(_chunk(_line(rv)))
+                await script.wait_sent(5)
+                second = await anext(batches)
+            assert _rvs([first, second]) == [[2], [3, 4, 5, 6, 7]]
 
 
 @pytest.mark.parametrize("tls", TLS)
