@@ -472,7 +472,7 @@ class KubeClient:
                 self._raw_event(line)  # raises the Status (a kind may decode from one)
             return event
 
-        def decode_all(lines: bytes) -> builtins.list[Watched[T]] | None:
+        def decode_all(lines: bytes | memoryview) -> builtins.list[Watched[T]] | None:
             # Every line in one call (no line copied out of the chunk); None when one does
             # not decode or is an ERROR: the line-by-line path then says which and why.
             try:
@@ -522,7 +522,7 @@ class KubeClient:
         response: httpx.Response,
         path: str,
         decode: Callable[[bytes], E],
-        decode_all: Callable[[bytes], builtins.list[E] | None] | None = None,
+        decode_all: Callable[[bytes | memoryview], builtins.list[E] | None] | None = None,
         rest_s: float = 0.0,
     ) -> AsyncGenerator[builtins.list[E], None]:
         """The stream's events, one list per received chunk that completes a line.
@@ -573,16 +573,16 @@ class KubeClient:
                     continue
                 data = pending + chunk if pending else chunk
                 cut = data.rfind(b"\n")
-                whole, pending = data[:cut], data[cut + 1 :]
+                pending = data[cut + 1 :]
                 if decode_all is not None:
-                    decoded = decode_all(whole)
+                    decoded = decode_all(memoryview(data)[:cut])  # the lines, not copied
                     if decoded is not None:
                         if decoded:
                             yield decoded
                             await rest()
                         continue
                 batch: builtins.list[E] = []
-                for line in whole.split(b"\n"):
+                for line in data[:cut].split(b"\n"):
                     if not line.strip():
                         continue
                     try:
