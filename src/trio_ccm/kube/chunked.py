@@ -218,6 +218,12 @@ class RawBody:
             piece = body.feed(data) if data else b""
             if piece:
                 return piece
+        if body.extra:
+            log.warning(
+                "%d bytes after the end of a watch's body (not read; the connection is closed)",
+                body.extra,
+            )
+            body.extra = 0
         raise StopAsyncIteration
 
     async def _read(self) -> bytes:

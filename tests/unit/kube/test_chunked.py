@@ -1,12 +1,23 @@
 """The chunked encoding taken off a watch body fed in pieces cut anywhere (`kube/chunked.py`):
 the chunks' data joined per piece, extensions and trailers read and dropped, framing errors
-and early ends refused after the data before them."""
+and early ends refused after the data before them; an httpx answer whose insides are not
+the ones the module knows is read through httpx."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import logging
 
+import httpx
+import pytest
+import trio
+from httpx._transports.default import AsyncResponseStream
+
+from trio_ccm.kube import chunked
 from trio_ccm.kube.chunked import LINE_LIMIT, ChunkedBody, ChunkedError
+from trio_ccm.kube.client import KubeClient
+from trio_ccm.kube.config import ConnectionConfig, StaticCredentials
+from trio_ccm.kube.objects import NODES, Node
 
 LINES = [b'{"type":"MODIFIED","n":%d}\n' % i for i in range(3)]
 BODY = (
@@ -125,3 +136,54 @@ def test_an_early_end_is_refused(fed: bytes) -> None:
     body.feed(fed)
     with pytest.raises(ChunkedError, match="incomplete chunked read"):
         body.end()
+
+
+class _Body(httpx.AsyncByteStream):
+    """A chunked watch body's data, as httpcore's stream would hand it over."""
+
+    def __init__(self, data: list[bytes]) -> None:
+        self.data = list(data)
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if not self.data:
+            raise StopAsyncIteration
+        return self.data.pop(0)
+
+
+class _Changed(httpx.AsyncBaseTransport):
+    """Answers a watch as httpx's own transport would if httpcore's stream under its
+    `AsyncResponseStream` were another class (a new httpcore)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await trio.lowlevel.checkpoint()
+        node = {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "2"}}
+        line = json.dumps({"type": "ADDED", "object": node}).encode() + b"\n"
+        return httpx.Response(
+            200,
+            headers={"transfer-encoding": "chunked"},
+            stream=AsyncResponseStream(_Body([line])),
+        )
+
+
+async def test_an_unknown_httpcore_is_read_through_httpx_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real httpx answer over a stream class this module does not know is read through
+    httpx (the same events), and the log says why, once."""
+    chunked._warned.clear()  # the once-per-process flag, as at a start
+    config = ConnectionConfig(server="http://127.0.0.1:1", credentials=StaticCredentials())
+    client = KubeClient(config, transport=_Changed(), qps=0)
+    with caplog.at_level(logging.WARNING, logger="trio_ccm.kube.chunked"):
+        for _ in range(2):
+            async with client.watch_batches_as(NODES, Node, resource_version="1") as batches:
+                got = [[e.object.metadata.name for e in batch] async for batch in batches]
+            assert got == [["n1"]]
+    await client.aclose()
+    assert client.raw_watches == 0
+    said = [r.getMessage() for r in caplog.records if "read through httpx" in r.getMessage()]
+    assert len(said) == 1
+    assert "_Body" in said[0]
