@@ -201,6 +201,10 @@ class RawBody:
     def __aiter__(self) -> RawBody:
         return self
 
+    def waiting(self) -> bool:
+        """Whether more of the body waits on the connection (`_Pending.waiting`)."""
+        return self._pending.waiting()
+
     async def aclose(self) -> None:
         """Nothing to close: the connection closes with its answer (`Response.aclose`)."""
 

@@ -533,8 +533,26 @@ class KubeClient:
         event, or bytes that do not decode) ends the stream: the events before it are
         yielded first, then its exception is raised."""
         pending = b""  # the start of a line whose end has not arrived
-        waiting = _waiting(response) if rest_s > 0 else None
-        gathering = Gathering(rest_s, awake_s=AWAKE_S) if waiting is not None else None
+        raw = chunked.raw_body(response)
+        stream: chunked.RawBody | AsyncGenerator[bytes, None]
+        waiting: Callable[[], bool] | None = None
+        gathering: Gathering | None = None
+        if raw is not None:
+            # Read below httpx: one piece per gathered read of the connection
+            # (`kube/chunked.py`); the connection is closed with the answer, never reused.
+            self.raw_watches += 1
+            stream = raw
+            if rest_s > 0:
+                # A read takes all that waits (TLS records trio holds included), so the
+                # reader may rest right after the read that follows a rest.
+                waiting = raw.waiting
+                gathering = Gathering(rest_s, awake_s=0.0)
+        else:
+            # httpx's byte iterator, one piece per HTTP chunk: an async generator, closed
+            # below, never left to the GC.
+            stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+            waiting = _waiting(response) if rest_s > 0 else None
+            gathering = Gathering(rest_s, awake_s=AWAKE_S) if waiting is not None else None
 
         async def rest() -> None:
             """Once caught up, rest before reading on (`watch_batches_as`'s `rest_s`)."""
@@ -544,17 +562,6 @@ class KubeClient:
                     await trio.sleep(pause)
                     gathering.woke(trio.current_time())
 
-        raw = chunked.raw_body(response)
-        stream: chunked.RawBody | AsyncGenerator[bytes, None]
-        if raw is not None:
-            # Read below httpx: one piece per gathered read of the connection
-            # (`kube/chunked.py`); the connection is closed with the answer, never reused.
-            self.raw_watches += 1
-            stream = raw
-        else:
-            # httpx's byte iterator, one piece per HTTP chunk: an async generator, closed
-            # below, never left to the GC.
-            stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
         async with contextlib.aclosing(stream) as chunks:
             while True:
                 try:
