@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 import msgspec
 import trio
@@ -27,6 +28,7 @@ import trio
 from trio_ccm import httpsend
 from trio_ccm._version import __version__
 from trio_ccm.base.pacing import Gathering
+from trio_ccm.kube import chunked
 from trio_ccm.kube.config import ClientIdentity, ConnectionConfig
 from trio_ccm.kube.errors import (
     QUOTED_BYTES,
@@ -171,6 +173,8 @@ class KubeClient:
         # A metric's child per label values (this client's host last): prometheus_client
         # checks and looks the values up on every `labels()`, three times a request.
         self._children: dict[tuple[Any, ...], Any] = {}
+        self.raw_watches = 0
+        """Watches whose body was read below httpx (`kube/chunked.py`)."""
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -468,7 +472,7 @@ class KubeClient:
                 self._raw_event(line)  # raises the Status (a kind may decode from one)
             return event
 
-        def decode_all(lines: bytes) -> builtins.list[Watched[T]] | None:
+        def decode_all(lines: bytes | memoryview) -> builtins.list[Watched[T]] | None:
             # Every line in one call (no line copied out of the chunk); None when one does
             # not decode or is an ERROR: the line-by-line path then says which and why.
             try:
@@ -518,7 +522,7 @@ class KubeClient:
         response: httpx.Response,
         path: str,
         decode: Callable[[bytes], E],
-        decode_all: Callable[[bytes], builtins.list[E] | None] | None = None,
+        decode_all: Callable[[bytes | memoryview], builtins.list[E] | None] | None = None,
         rest_s: float = 0.0,
     ) -> AsyncGenerator[builtins.list[E], None]:
         """The stream's events, one list per received chunk that completes a line.
@@ -529,8 +533,26 @@ class KubeClient:
         event, or bytes that do not decode) ends the stream: the events before it are
         yielded first, then its exception is raised."""
         pending = b""  # the start of a line whose end has not arrived
-        waiting = _waiting(response) if rest_s > 0 else None
-        gathering = Gathering(rest_s, awake_s=AWAKE_S) if waiting is not None else None
+        raw = chunked.raw_body(response)
+        stream: chunked.RawBody | AsyncGenerator[bytes, None]
+        waiting: Callable[[], bool] | None = None
+        gathering: Gathering | None = None
+        if raw is not None:
+            # Read below httpx: one piece per gathered read of the connection
+            # (`kube/chunked.py`); the connection is closed with the answer, never reused.
+            self.raw_watches += 1
+            stream = raw
+            if rest_s > 0:
+                # A read takes all that waits (TLS records trio holds included), so the
+                # reader may rest right after the read that follows a rest.
+                waiting = raw.waiting
+                gathering = Gathering(rest_s, awake_s=0.0)
+        else:
+            # httpx's byte iterator, one piece per HTTP chunk: an async generator, closed
+            # below, never left to the GC.
+            stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+            waiting = _waiting(response) if rest_s > 0 else None
+            gathering = Gathering(rest_s, awake_s=AWAKE_S) if waiting is not None else None
 
         async def rest() -> None:
             """Once caught up, rest before reading on (`watch_batches_as`'s `rest_s`)."""
@@ -540,34 +562,34 @@ class KubeClient:
                     await trio.sleep(pause)
                     gathering.woke(trio.current_time())
 
-        # httpx's byte iterator is an async generator: closed here, never left to the GC.
-        stream = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
         async with contextlib.aclosing(stream) as chunks:
             while True:
                 try:
                     chunk = await anext(chunks)
                 except StopAsyncIteration:
                     return
-                except httpx.TransportError as exc:
+                except (httpx.TransportError, httpcore.ReadError, httpcore.ReadTimeout) as exc:
                     # A reset or truncated stream mid-watch: a connection error like any other.
                     raise KubeConnectionError(
                         f"WATCH {path}: {explain_connection_error(self.config, exc)}"
                     ) from exc
+                except chunked.ChunkedError as exc:
+                    raise KubeConnectionError(f"WATCH {path}: {self.config.server}: {exc}") from exc
                 if b"\n" not in chunk:
                     pending += chunk
                     continue
                 data = pending + chunk if pending else chunk
                 cut = data.rfind(b"\n")
-                whole, pending = data[:cut], data[cut + 1 :]
+                pending = data[cut + 1 :]
                 if decode_all is not None:
-                    decoded = decode_all(whole)
+                    decoded = decode_all(memoryview(data)[:cut])  # the lines, not copied
                     if decoded is not None:
                         if decoded:
                             yield decoded
                             await rest()
                         continue
                 batch: builtins.list[E] = []
-                for line in whole.split(b"\n"):
+                for line in data[:cut].split(b"\n"):
                     if not line.strip():
                         continue
                     try:
