@@ -10,7 +10,7 @@ import trio
 
 from trio_ccm.cloud.provider import NodeInfo, Route, ServiceInfo, ServicePort
 from trio_ccm.cloud.sim import SimCloudError, SimInstances, from_config
-from trio_ccm.cloud.sim.loadbalancers import SimLoadBalancers
+from trio_ccm.cloud.sim.loadbalancers import LIST_PAGE, SimLoadBalancers
 from trio_ccm.health import bind_socket
 from trio_ccm_testbed.cloud import Listening, SimCloud, cloud_config, serve_sim_cloud
 
@@ -90,6 +90,33 @@ async def test_unreachable_cloud_fails_initialize() -> None:
     assert f"sim cloud at http://127.0.0.1:{port} is not usable" in message
     assert "no answer from" in message
     assert caught.value.status is None
+
+
+async def test_the_sweep_lists_every_load_balancer_page_by_page(nursery: trio.Nursery) -> None:
+    """`list_load_balancers` reads the cluster's load balancers `LIST_PAGE` at a time (each
+    carries its node names) and returns every one, with its Service."""
+    cloud = SimCloud(seed=3)
+    listening: Listening = await nursery.start(functools.partial(serve_sim_cloud, cloud))
+    provider = from_config(cloud_config(listening.url, replica="ccm-pages"))
+    lbs = provider.load_balancers
+    assert isinstance(lbs, SimLoadBalancers)
+    count = LIST_PAGE + 2
+    services = [
+        ServiceInfo(
+            "default", f"web{i:02d}", f"uid-{i}", ports=(ServicePort("http", "TCP", 80, 30080),)
+        )
+        for i in range(count)
+    ]
+    nodes = (NodeInfo(name="node-0"),)
+    with trio.fail_after(LIMIT_S):
+        await provider.initialize()
+        for service in services:
+            await lbs.ensure_load_balancer("k", service, nodes)
+        cloud.clear_calls()
+        listed = await lbs.list_load_balancers("k")
+        await provider.aclose()
+    assert sorted(lb.service for lb in listed) == [s.name for s in services]
+    assert [c.method for c in cloud.calls] == ["ListLoadBalancers", "ListLoadBalancers"]
 
 
 async def test_a_node_set_is_encoded_once_for_the_load_balancers_given_it(

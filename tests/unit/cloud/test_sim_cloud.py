@@ -562,6 +562,29 @@ async def test_call_log_records_replica_method_target_and_status(
     assert cloud.calls == []
 
 
+async def test_load_balancers_are_listed_in_pages(client: httpx.AsyncClient) -> None:
+    """`ListLoadBalancers` with `limit` answers a page by name with `nextMarker` when more
+    follow, and the page after `marker`; without them, every load balancer; a limit out of
+    1 to 1,000 is a 400."""
+    with trio.fail_after(LIMIT_S):
+        for name in ("lb3", "lb1", "lb2"):
+            await client.put(f"/v1/clusters/k/loadbalancers/{name}", json=_lb_body())
+        listing = "/v1/clusters/k/loadbalancers"
+        first = (await client.get(listing, params={"limit": "2"})).json()
+        second = (await client.get(listing, params={"limit": "2", "marker": "lb2"})).json()
+        whole = (await client.get(listing)).json()
+        refused = [
+            (await client.get(listing, params={"limit": limit})).status_code
+            for limit in ("0", "1001", "x")
+        ]
+    assert [lb["name"] for lb in first["loadBalancers"]] == ["lb1", "lb2"]
+    assert first["nextMarker"] == "lb2"
+    assert [lb["name"] for lb in second["loadBalancers"]] == ["lb3"]
+    assert "nextMarker" not in second
+    assert sorted(lb["name"] for lb in whole["loadBalancers"]) == ["lb1", "lb2", "lb3"]
+    assert refused == [400, 400, 400]
+
+
 async def test_wrong_verb_is_405(client: httpx.AsyncClient) -> None:
     """A known path with a verb it does not take answers 405 naming the allowed verbs."""
     with trio.fail_after(LIMIT_S):

@@ -46,6 +46,7 @@ class LoadBalancerListWire(msgspec.Struct, frozen=True):
     load_balancers: list[LoadBalancerWire] = msgspec.field(
         default_factory=list, name="loadBalancers"
     )
+    next_marker: str = msgspec.field(default="", name="nextMarker")
 
 
 class RouteWire(msgspec.Struct, frozen=True):

@@ -56,6 +56,8 @@ INGRESS_NETWORK = ipaddress.ip_network("203.0.113.0/24")
 LB_PROTOCOLS = ("TCP", "UDP")
 MAX_SOURCE_RANGES = 20
 MAX_DESCRIPTION = 255
+MAX_LIST_LIMIT = 1000
+"""The largest page `ListLoadBalancers` answers (`limit`)."""
 _FIRST_INTERNAL_OFFSET = 10  # 10.0.0.10 is the first address handed out
 
 
@@ -561,7 +563,11 @@ class SimCloud:
             case ["clusters", cluster, "loadbalancers"]:
                 allow("GET")
                 return _Endpoint(
-                    "ListLoadBalancers", cluster, lambda now: self._list_lbs(cluster, now)
+                    "ListLoadBalancers",
+                    cluster,
+                    lambda now: self._list_lbs(
+                        cluster, now, request.arg("limit"), request.arg("marker")
+                    ),
                 )
             case ["clusters", cluster, "loadbalancers", name]:
                 allow("GET", "PUT", "DELETE")
@@ -678,11 +684,26 @@ class SimCloud:
             raise not_found(f"load balancer {name} of cluster {cluster}")
         return found
 
-    def _list_lbs(self, cluster: str, now: float) -> Response:
-        found: list[JSON] = [
-            lb.to_json(now) for lb in self._load_balancers.values() if lb.cluster == cluster
-        ]
-        return json_response(200, {"loadBalancers": found})
+    def _list_lbs(self, cluster: str, now: float, limit: str = "", marker: str = "") -> Response:
+        """The cluster's load balancers; a page of at most `limit` of them (by name, after
+        `marker`) with `nextMarker` when more follow, as clouds page their listings (each
+        load balancer carries its node names: at 100,000 Nodes, 1.5 MB apiece)."""
+        mine = [lb for lb in self._load_balancers.values() if lb.cluster == cluster]
+        if not limit and not marker:
+            return json_response(200, {"loadBalancers": [lb.to_json(now) for lb in mine]})
+        size = len(mine)
+        if limit:
+            if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIST_LIMIT:
+                raise bad_request(
+                    f"limit {limit!r}: a page holds 1 to {MAX_LIST_LIMIT} load balancers"
+                )
+            size = int(limit)
+        ordered = sorted((lb for lb in mine if lb.name > marker), key=lambda lb: lb.name)
+        page = ordered[:size]
+        answer: dict[str, JSON] = {"loadBalancers": [lb.to_json(now) for lb in page]}
+        if len(ordered) > size:
+            answer["nextMarker"] = page[-1].name
+        return json_response(200, answer)
 
     def _get_lb(self, cluster: str, name: str, now: float) -> Response:
         return json_response(200, self._lb_of(cluster, name).to_json(now))
