@@ -439,20 +439,25 @@ INITIALISED_METRIC: Final = "node_controller_cloud_provider_taint_removal_delay_
 IPAM_METRIC: Final = "node_ipam_controller_cidrset_cidrs_allocations_total"
 
 
-async def ccm_counters(port: int, client: httpx.AsyncClient | None = None) -> dict[str, float]:
-    """The CCM's progress counters from its /metrics (summed over labels); {} on failure.
-    Asked through `client` when given (kept open: one TLS handshake, not one a call)."""
-    counts: dict[str, float] = {}
+async def ccm_metrics(port: int, client: httpx.AsyncClient | None = None) -> str | None:
+    """The CCM's /metrics text; None on failure. Asked through `client` when given (kept
+    open: one TLS handshake, not one a call)."""
+    url = f"https://127.0.0.1:{port}/metrics"
     with contextlib.suppress(httpx.HTTPError):
-        if client is None:
-            async with httpx.AsyncClient(verify=False) as own:  # noqa: S501 - the CCM's own cert
-                response = await own.get(f"https://127.0.0.1:{port}/metrics")
-        else:
-            response = await client.get(f"https://127.0.0.1:{port}/metrics")
-        for line in response.text.splitlines():
-            name = line.split("{")[0].split(" ")[0]
-            if name in (INITIALISED_METRIC, IPAM_METRIC):
-                counts[name] = counts.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        if client is not None:
+            return (await client.get(url)).text
+        async with httpx.AsyncClient(verify=False) as own:  # noqa: S501 - the CCM's own cert
+            return (await own.get(url)).text
+    return None
+
+
+async def ccm_counters(port: int, client: httpx.AsyncClient | None = None) -> dict[str, float]:
+    """The CCM's progress counters from its /metrics (summed over labels); {} on failure."""
+    counts: dict[str, float] = {}
+    for line in (await ccm_metrics(port, client) or "").splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in (INITIALISED_METRIC, IPAM_METRIC):
+            counts[name] = counts.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts
 
 
@@ -470,15 +475,14 @@ async def ccm_writes(port: int) -> dict[str, float]:
         "rest_client_request_duration_seconds_sum": "rtt_s",
         "rest_client_rate_limiter_duration_seconds_sum": "queued_s",
     }
-    with contextlib.suppress(httpx.HTTPError):
-        async with httpx.AsyncClient(verify=False) as client:  # noqa: S501 - the CCM's own cert
-            response = await client.get(f"https://127.0.0.1:{port}/metrics")
-        for line in response.text.splitlines():
-            name = line.split("{")[0]
-            if name in names and any(f'verb="{verb}"' in line for verb in WRITE_VERBS):
-                sums[names[name]] += float(line.rsplit(" ", 1)[1])
-        return sums
-    return {}
+    text = await ccm_metrics(port)
+    if text is None:
+        return {}
+    for line in text.splitlines():
+        name = line.split("{")[0]
+        if name in names and any(f'verb="{verb}"' in line for verb in WRITE_VERBS):
+            sums[names[name]] += float(line.rsplit(" ", 1)[1])
+    return sums
 
 
 async def nodes_without_pod_cidr(api: httpx.AsyncClient) -> int:
